@@ -1,0 +1,39 @@
+//! # kiln-compiler
+//!
+//! The layer between the IR and the backends. Today it holds the [`Executor`] interface that
+//! every backend implements and that the front end calls; the passes (CSE, folding, fusion,
+//! memory planning), the backend-neutral plan and the graph cache are built here next, behind
+//! the same interface.
+//!
+//! Depends on `kiln-ir` only; knows nothing of SIMD, WGSL or any backend type.
+
+use kiln_ir::{HostData, LazyExpr, Result};
+
+/// Something that evaluates a [`LazyExpr`]: a backend, or the reference interpreter.
+///
+/// Implementations must return one value per entry of `expr.outputs`, in order, each with
+/// the output node's dtype and `shape.numel()` elements in row-major order, and must report
+/// evaluation errors (bad `take` index, integer division by zero, ...) as
+/// [`kiln_ir::Error`] values without panicking.
+///
+/// ```
+/// use kiln_compiler::Executor;
+/// use kiln_ir::{build, HostData, LazyExpr, Result, Shape};
+///
+/// struct Reference;
+/// impl Executor for Reference {
+///     fn name(&self) -> &'static str { "reference" }
+///     fn execute(&self, expr: &LazyExpr) -> Result<Vec<HostData>> {
+///         kiln_reference::evaluate(expr)
+///     }
+/// }
+/// let a = build::data(HostData::from(vec![1i32]), Shape::from([1])).unwrap();
+/// let out = Reference.execute(&LazyExpr::from_roots(&[&a])).unwrap();
+/// assert_eq!(out[0].len(), 1);
+/// ```
+pub trait Executor: Send + Sync {
+    /// A short name for messages (`"cpu"`, `"wgpu"`).
+    fn name(&self) -> &'static str;
+    /// Evaluates every output of `expr`.
+    fn execute(&self, expr: &LazyExpr) -> Result<Vec<HostData>>;
+}

@@ -1,0 +1,310 @@
+//! [`LazyExpr`]: the graph of everything needed for a set of outputs, lowered from the
+//! front-end [`Node`]s onto a petgraph DAG, with input data as numbered parameters.
+//!
+//! This is what the compiler and every backend consume. It provides the structural hash (the
+//! graph-cache key: ops, dtypes, shapes and wiring; never values, never pointers), a DOT dump,
+//! and the IR verifier. Depends on [`crate::node`], [`crate::op`], [`crate::data`].
+
+use crate::data::HostData;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::node::{Node, NodeRef};
+use crate::op::Op;
+use crate::shape::Shape;
+use petgraph::graph::{DiGraph, NodeIndex};
+use petgraph::visit::EdgeRef;
+use petgraph::Direction;
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+/// A node of a [`LazyExpr`].
+#[derive(Clone, Debug)]
+pub struct ExprNode {
+    /// What it computes.
+    pub op: Op,
+    /// Its dtype.
+    pub dtype: DType,
+    /// Its shape.
+    pub shape: Shape,
+}
+
+/// A lowered expression DAG. Node indices are in topological order (operands first); an edge
+/// `a → b` with weight `i` says `a` is operand `i` of `b`.
+///
+/// ```
+/// use kiln_ir::{build, BinaryOp, HostData, LazyExpr, Shape};
+/// let a = build::data(HostData::from(vec![1.0f32, 2.0]), Shape::from([2])).unwrap();
+/// let b = build::data(HostData::from(vec![3.0f32, 4.0]), Shape::from([2])).unwrap();
+/// let y = build::binary(BinaryOp::Mul, &a, &b).unwrap();
+/// let e = LazyExpr::from_roots(&[&y]);
+/// assert_eq!(e.params.len(), 2);
+/// assert!(e.to_dot().contains("multiply"));
+/// ```
+#[derive(Clone, Debug)]
+pub struct LazyExpr {
+    /// The DAG.
+    pub graph: DiGraph<ExprNode, u32>,
+    /// Data of `Op::Param(i)`, by `i`.
+    pub params: Vec<HostData>,
+    /// The requested outputs, in the order requested (may repeat).
+    pub outputs: Vec<NodeIndex>,
+}
+
+impl LazyExpr {
+    /// Collects everything `roots` depend on. Nodes with a value become parameters, numbered
+    /// in the order a depth-first walk from the roots first meets them, so equal structure
+    /// gives equal numbering. Iterative: deep graphs do not overflow the stack.
+    pub fn from_roots(roots: &[&NodeRef]) -> LazyExpr {
+        let mut graph: DiGraph<ExprNode, u32> = DiGraph::new();
+        let mut params = Vec::new();
+        let mut seen: HashMap<*const Node, NodeIndex> = HashMap::new();
+        let mut outputs = Vec::with_capacity(roots.len());
+        for root in roots {
+            // (node, its operands, whether its operands have been pushed)
+            let mut stack: Vec<(NodeRef, Option<Vec<NodeRef>>)> = vec![((*root).clone(), None)];
+            while let Some((node, inputs)) = stack.pop() {
+                let key = std::sync::Arc::as_ptr(&node);
+                if seen.contains_key(&key) {
+                    continue;
+                }
+                if let Some(v) = node.value() {
+                    let idx = graph.add_node(ExprNode {
+                        op: Op::Param(params.len() as u32),
+                        dtype: node.dtype(),
+                        shape: node.shape().clone(),
+                    });
+                    params.push(v.clone());
+                    seen.insert(key, idx);
+                    continue;
+                }
+                match inputs {
+                    None => {
+                        let ins: Vec<NodeRef> = node.inputs().into_vec();
+                        stack.push((node.clone(), Some(ins.clone())));
+                        for i in ins.into_iter().rev() {
+                            if !seen.contains_key(&std::sync::Arc::as_ptr(&i)) {
+                                stack.push((i, None));
+                            }
+                        }
+                    }
+                    Some(ins) => {
+                        let idx = graph.add_node(ExprNode {
+                            op: node.op().clone(),
+                            dtype: node.dtype(),
+                            shape: node.shape().clone(),
+                        });
+                        for (pos, i) in ins.iter().enumerate() {
+                            let from = seen[&std::sync::Arc::as_ptr(i)];
+                            graph.add_edge(from, idx, pos as u32);
+                        }
+                        seen.insert(key, idx);
+                    }
+                }
+            }
+            outputs.push(seen[&std::sync::Arc::as_ptr(root)]);
+        }
+        let expr = LazyExpr {
+            graph,
+            params,
+            outputs,
+        };
+        #[cfg(debug_assertions)]
+        if let Err(e) = expr.verify() {
+            panic!("{e}");
+        }
+        expr
+    }
+
+    /// The operands of `n`, in operand order.
+    pub fn inputs(&self, n: NodeIndex) -> Vec<NodeIndex> {
+        let mut e: Vec<(u32, NodeIndex)> = self
+            .graph
+            .edges_directed(n, Direction::Incoming)
+            .map(|e| (*e.weight(), e.source()))
+            .collect();
+        e.sort_unstable_by_key(|x| x.0);
+        e.into_iter().map(|x| x.1).collect()
+    }
+
+    /// Node indices in topological order (operands before users).
+    pub fn topo_order(&self) -> impl Iterator<Item = NodeIndex> {
+        self.graph.node_indices()
+    }
+
+    /// The IR verifier: every node satisfies its op's typing invariants ([`Op::check`]),
+    /// edges go forward in index order, and parameters match their data.
+    pub fn verify(&self) -> Result<()> {
+        for n in self.graph.node_indices() {
+            let node = &self.graph[n];
+            let ins = self.inputs(n);
+            let fail = |message: String| Error::Verifier {
+                node: n.index(),
+                op: node.op.to_string(),
+                message,
+            };
+            if ins.iter().any(|i| i.index() >= n.index()) {
+                return Err(fail("an operand comes after its user".into()));
+            }
+            let types: Vec<(DType, &Shape)> = ins
+                .iter()
+                .map(|&i| (self.graph[i].dtype, &self.graph[i].shape))
+                .collect();
+            node.op
+                .check(&types, node.dtype, &node.shape)
+                .map_err(fail)?;
+            if let Op::Param(p) = node.op {
+                let d = self
+                    .params
+                    .get(p as usize)
+                    .ok_or_else(|| fail("missing parameter data".into()))?;
+                if d.dtype() != node.dtype || d.len() != node.shape.numel() {
+                    return Err(fail("parameter data does not match the node".into()));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The structural hash: ops with their attributes, dtypes, shapes and wiring, with
+    /// parameters by number. Scalar values, random seeds and parameter data are excluded, so
+    /// a new learning rate or new input data gives the same hash.
+    ///
+    /// ```
+    /// use kiln_ir::{build, BinaryOp, HostData, LazyExpr, Scalar, Shape};
+    /// let f = |v: f32, s: f64| {
+    ///     let a = build::data(HostData::from(vec![v; 3]), Shape::from([3])).unwrap();
+    ///     let y = build::binary_scalar(BinaryOp::Mul, &a, Scalar::Float(s), false).unwrap();
+    ///     LazyExpr::from_roots(&[&y]).structural_hash()
+    /// };
+    /// assert_eq!(f(1.0, 2.0), f(5.0, 0.5));
+    /// ```
+    pub fn structural_hash(&self) -> u64 {
+        let mut h = DefaultHasher::new();
+        self.graph.node_count().hash(&mut h);
+        for n in self.graph.node_indices() {
+            let node = &self.graph[n];
+            hash_op(&node.op, &mut h);
+            node.dtype.hash(&mut h);
+            node.shape.hash(&mut h);
+            for i in self.inputs(n) {
+                i.index().hash(&mut h);
+            }
+        }
+        for o in &self.outputs {
+            o.index().hash(&mut h);
+        }
+        h.finish()
+    }
+
+    /// Graphviz DOT text of the DAG: one box per node with its op, dtype and shape.
+    pub fn to_dot(&self) -> String {
+        let mut s = String::from("digraph kiln {\n  node [shape=box, fontname=monospace];\n");
+        for n in self.graph.node_indices() {
+            let node = &self.graph[n];
+            let out = if self.outputs.contains(&n) {
+                ", style=bold"
+            } else {
+                ""
+            };
+            let _ = writeln!(
+                s,
+                "  n{} [label=\"{}\\n{} {}\"{}];",
+                n.index(),
+                node.op.to_string().replace('"', "'"),
+                node.dtype,
+                node.shape,
+                out
+            );
+        }
+        for e in self.graph.edge_references() {
+            let _ = writeln!(
+                s,
+                "  n{} -> n{} [label=\"{}\"];",
+                e.source().index(),
+                e.target().index(),
+                e.weight()
+            );
+        }
+        s.push_str("}\n");
+        s
+    }
+}
+
+fn hash_op<H: Hasher>(op: &Op, h: &mut H) {
+    std::mem::discriminant(op).hash(h);
+    match op {
+        Op::Param(i) => i.hash(h),
+        Op::Data | Op::Scalar(_) => {} // values are parameters
+        Op::Iota { axis } => axis.hash(h),
+        Op::Random { dist, .. } => dist.hash(h),
+        Op::Unary(u) => u.hash(h),
+        Op::Binary(b) => b.hash(h),
+        Op::Where | Op::Cast | Op::Reshape | Op::BroadcastTo | Op::MatMul => {}
+        Op::Permute(p) => p.hash(h),
+        Op::Slice { start, step } => {
+            start.hash(h);
+            step.hash(h);
+        }
+        Op::Concat { axis } | Op::Take { axis } => axis.hash(h),
+        Op::Reduce { op, axes } => {
+            op.hash(h);
+            axes.hash(h);
+        }
+        Op::ArgReduce { op, axis } => {
+            op.hash(h);
+            axis.hash(h);
+        }
+        Op::TopK { k, indices } => {
+            k.hash(h);
+            indices.hash(h);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{build, BinaryOp, HostData, LazyExpr, ReduceOp, Shape, UnaryOp};
+
+    fn graph(n: usize, op: BinaryOp) -> LazyExpr {
+        let a = build::data(HostData::from(vec![0.5f32; n]), Shape::from([n])).unwrap();
+        let b = build::data(HostData::from(vec![1.5f32; n]), Shape::from([n])).unwrap();
+        let y = build::binary(op, &a, &b).unwrap();
+        let y = build::unary(UnaryOp::Exp, &y).unwrap();
+        let r = build::reduce(ReduceOp::Sum, &y, None, false).unwrap();
+        LazyExpr::from_roots(&[&r, &y])
+    }
+
+    #[test]
+    fn hash_distinguishes_structure_but_not_values() {
+        assert_eq!(
+            graph(4, BinaryOp::Add).structural_hash(),
+            graph(4, BinaryOp::Add).structural_hash()
+        );
+        assert_ne!(
+            graph(4, BinaryOp::Add).structural_hash(),
+            graph(4, BinaryOp::Mul).structural_hash()
+        );
+        assert_ne!(
+            graph(4, BinaryOp::Add).structural_hash(),
+            graph(5, BinaryOp::Add).structural_hash()
+        );
+    }
+
+    #[test]
+    fn shared_subexpressions_appear_once() {
+        let a = build::data(HostData::from(vec![1.0f64; 2]), Shape::from([2])).unwrap();
+        let e = build::unary(UnaryOp::Exp, &a).unwrap();
+        let y = build::binary(BinaryOp::Add, &e, &e).unwrap();
+        let g = LazyExpr::from_roots(&[&y, &e]);
+        assert_eq!(g.graph.node_count(), 3);
+        assert_eq!(g.params.len(), 1);
+    }
+
+    #[test]
+    fn same_input_twice_is_one_parameter() {
+        let a = build::data(HostData::from(vec![1.0f64; 2]), Shape::from([2])).unwrap();
+        let y = build::binary(BinaryOp::Mul, &a, &a).unwrap();
+        assert_eq!(LazyExpr::from_roots(&[&y]).params.len(), 1);
+    }
+}

@@ -1,0 +1,37 @@
+//! # kiln-ir
+//!
+//! The intermediate representation of kiln: element types and numpy's promotion rules
+//! ([`DType`], [`Scalar`]), shapes and broadcasting ([`Shape`]), the primitive op set
+//! ([`Op`]), the front-end graph of reference-counted [`Node`]s with the [`build`] functions
+//! that infer dtypes and shapes as an expression is written, and the lowered [`LazyExpr`] DAG
+//! (petgraph) with its structural hash, DOT dump and verifier.
+//!
+//! It knows nothing of buffers, devices or kernels.
+//!
+//! ```
+//! use kiln_ir::{build, BinaryOp, HostData, LazyExpr, Shape};
+//! let a = build::data(HostData::from(vec![1.0f32, 2.0, 3.0]), Shape::from([3])).unwrap();
+//! let y = build::binary(BinaryOp::Mul, &a, &a).unwrap();
+//! assert_eq!(y.shape().dims(), &[3]);
+//! let expr = LazyExpr::from_roots(&[&y]);
+//! assert_eq!(expr.graph.node_count(), 2);
+//! ```
+#![warn(missing_docs)]
+
+pub mod build;
+mod data;
+mod dtype;
+mod error;
+mod expr;
+mod node;
+mod op;
+pub mod random;
+mod shape;
+
+pub use data::{Element, HostData, Shared};
+pub use dtype::{DType, Kind, Scalar};
+pub use error::{Error, Result};
+pub use expr::{ExprNode, LazyExpr};
+pub use node::{Inputs, Node, NodeRef};
+pub use op::{ArgReduceOp, Axes, BinaryOp, Distribution, Op, ReduceOp, UnaryOp};
+pub use shape::Shape;

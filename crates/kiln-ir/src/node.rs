@@ -1,0 +1,157 @@
+//! The front-end graph: reference-counted [`Node`]s that record an op, its operands, and the
+//! dtype and shape inferred when the node was built.
+//!
+//! A node that has been evaluated keeps its value and drops its operands, so a loop such as
+//! `w = w - lr * g` does not grow a chain of dead history. Dropping is iterative: a chain of a
+//! million unevaluated nodes does not overflow the stack. Depends on [`crate::op`],
+//! [`crate::data`], [`crate::shape`], [`crate::dtype`].
+
+use crate::data::HostData;
+use crate::dtype::DType;
+use crate::op::Op;
+use crate::shape::Shape;
+use smallvec::SmallVec;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+/// A shared handle to a [`Node`].
+pub type NodeRef = Arc<Node>;
+
+/// Operand lists.
+pub type Inputs = SmallVec<[NodeRef; 2]>;
+
+/// One node of the lazy graph.
+///
+/// ```
+/// use kiln_ir::{build, HostData, Shape, DType};
+/// let a = build::data(HostData::from(vec![1.0f32, 2.0]), Shape::from([2])).unwrap();
+/// assert_eq!(a.dtype(), DType::F32);
+/// assert!(a.value().is_some());
+/// ```
+#[derive(Debug)]
+pub struct Node {
+    op: Op,
+    dtype: DType,
+    shape: Shape,
+    inputs: Mutex<Inputs>,
+    value: OnceLock<HostData>,
+}
+
+impl Node {
+    /// Creates a node; the caller has checked the op's invariants (see [`Op::check`]).
+    ///
+    /// ```
+    /// use kiln_ir::{Node, Op, Scalar, DType, Shape};
+    /// let n = Node::new(Op::Scalar(Scalar::Float(1.0)), DType::F32, Shape::scalar(), Default::default());
+    /// assert_eq!(n.shape().rank(), 0);
+    /// ```
+    pub fn new(op: Op, dtype: DType, shape: Shape, inputs: Inputs) -> NodeRef {
+        Arc::new(Node {
+            op,
+            dtype,
+            shape,
+            inputs: Mutex::new(inputs),
+            value: OnceLock::new(),
+        })
+    }
+
+    /// A leaf holding `data` (length already checked against `shape`).
+    ///
+    /// ```
+    /// use kiln_ir::{Node, HostData, Shape};
+    /// let n = Node::with_value(HostData::from(vec![1i64]), Shape::scalar());
+    /// assert!(n.value().is_some());
+    /// ```
+    pub fn with_value(data: HostData, shape: Shape) -> NodeRef {
+        let node = Node {
+            op: Op::Data,
+            dtype: data.dtype(),
+            shape,
+            inputs: Mutex::new(SmallVec::new()),
+            value: OnceLock::new(),
+        };
+        let _ = node.value.set(data);
+        Arc::new(node)
+    }
+
+    /// The op.
+    pub fn op(&self) -> &Op {
+        &self.op
+    }
+
+    /// The dtype, known without evaluating.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The shape, known without evaluating.
+    pub fn shape(&self) -> &Shape {
+        &self.shape
+    }
+
+    /// The value, if the node is input data or has been evaluated.
+    pub fn value(&self) -> Option<&HostData> {
+        self.value.get()
+    }
+
+    /// The operands (empty once the node has a value).
+    pub fn inputs(&self) -> Inputs {
+        self.lock_inputs().clone()
+    }
+
+    fn lock_inputs(&self) -> MutexGuard<'_, Inputs> {
+        // A poisoned lock only means another thread panicked while cloning Arcs; the list
+        // itself is always valid.
+        self.inputs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Stores the evaluated value and releases the operands. Returns false (and changes
+    /// nothing) if the node already had a value.
+    ///
+    /// # Panics
+    /// If the data's dtype or length does not match the node (a backend bug).
+    pub fn set_value(&self, data: HostData) -> bool {
+        assert_eq!(data.dtype(), self.dtype, "set_value: dtype mismatch");
+        assert_eq!(data.len(), self.shape.numel(), "set_value: length mismatch");
+        if self.value.set(data).is_err() {
+            return false;
+        }
+        let released = std::mem::take(&mut *self.lock_inputs());
+        drop_iteratively(released);
+        true
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let inputs = std::mem::take(self.inputs.get_mut().unwrap_or_else(|e| e.into_inner()));
+        drop_iteratively(inputs);
+    }
+}
+
+/// Drops a list of node handles without recursion: nodes whose last handle goes away hand
+/// their operands to the work list instead of dropping them in a nested call.
+fn drop_iteratively(inputs: Inputs) {
+    let mut stack: Vec<NodeRef> = inputs.into_vec();
+    while let Some(n) = stack.pop() {
+        if let Some(node) = Arc::into_inner(n) {
+            let mut node = node;
+            let mut inner =
+                std::mem::take(node.inputs.get_mut().unwrap_or_else(|e| e.into_inner()));
+            stack.extend(inner.drain(..));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{build, HostData, Scalar, Shape};
+
+    #[test]
+    fn dropping_a_long_chain_does_not_overflow_the_stack() {
+        let mut x = build::data(HostData::from(vec![0.0f64]), Shape::from([1])).unwrap();
+        for _ in 0..200_000 {
+            x = build::binary_scalar(crate::BinaryOp::Add, &x, Scalar::Float(1.0), false).unwrap();
+        }
+        drop(x);
+    }
+}

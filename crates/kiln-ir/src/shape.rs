@@ -1,0 +1,276 @@
+//! Shapes, numpy broadcasting and axis normalisation.
+//!
+//! Depends on [`crate::error`] only.
+
+use crate::error::{Error, Result};
+use smallvec::SmallVec;
+use std::fmt;
+
+/// The dimensions of an array, outermost first. Rank 0 is a scalar.
+///
+/// ```
+/// use kiln_ir::Shape;
+/// let s = Shape::from(&[2, 3][..]);
+/// assert_eq!(s.numel(), 6);
+/// assert_eq!(s.to_string(), "(2, 3)");
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash, Default)]
+pub struct Shape(pub SmallVec<[usize; 4]>);
+
+impl Shape {
+    /// The rank-0 shape `()`.
+    ///
+    /// ```
+    /// assert_eq!(kiln_ir::Shape::scalar().rank(), 0);
+    /// ```
+    pub fn scalar() -> Shape {
+        Shape(SmallVec::new())
+    }
+
+    /// The number of dimensions.
+    ///
+    /// ```
+    /// assert_eq!(kiln_ir::Shape::from(&[4, 5][..]).rank(), 2);
+    /// ```
+    pub fn rank(&self) -> usize {
+        self.0.len()
+    }
+
+    /// The number of elements (1 for rank 0, 0 if any dimension is 0).
+    ///
+    /// ```
+    /// assert_eq!(kiln_ir::Shape::from(&[4, 0][..]).numel(), 0);
+    /// ```
+    pub fn numel(&self) -> usize {
+        self.0.iter().product()
+    }
+
+    /// The dimensions as a slice.
+    ///
+    /// ```
+    /// assert_eq!(kiln_ir::Shape::from(&[4, 5][..]).dims(), &[4, 5]);
+    /// ```
+    pub fn dims(&self) -> &[usize] {
+        &self.0
+    }
+
+    /// Row-major (C order) element strides.
+    ///
+    /// ```
+    /// assert_eq!(kiln_ir::Shape::from(&[2, 3, 4][..]).strides(), vec![12, 4, 1]);
+    /// ```
+    pub fn strides(&self) -> Vec<usize> {
+        let mut s = vec![0; self.rank()];
+        let mut acc = 1;
+        for i in (0..self.rank()).rev() {
+            s[i] = acc;
+            acc *= self.0[i];
+        }
+        s
+    }
+
+    /// numpy broadcasting of two shapes: align at the right; each pair of dimensions must be
+    /// equal or one of them 1.
+    ///
+    /// ```
+    /// use kiln_ir::Shape;
+    /// let a = Shape::from(&[4, 1, 3][..]);
+    /// let b = Shape::from(&[5, 1][..]);
+    /// assert_eq!(Shape::broadcast("add", &a, &b).unwrap().dims(), &[4, 5, 3]);
+    /// assert!(Shape::broadcast("add", &a, &Shape::from(&[2][..])).is_err());
+    /// ```
+    pub fn broadcast(op: &'static str, a: &Shape, b: &Shape) -> Result<Shape> {
+        let rank = a.rank().max(b.rank());
+        let mut out = SmallVec::with_capacity(rank);
+        for i in 0..rank {
+            let da = dim_from_right(a, rank - 1 - i);
+            let db = dim_from_right(b, rank - 1 - i);
+            let d = match (da, db) {
+                (x, y) if x == y => x,
+                (1, y) => y,
+                (x, 1) => x,
+                _ => {
+                    return Err(Error::ShapeMismatch {
+                        op,
+                        lhs: a.clone(),
+                        rhs: b.clone(),
+                        hint: format!(
+                            "dimension {i} (counting from the left of the broadcast result) \
+                             is {da} in one operand and {db} in the other; numpy broadcasting \
+                             needs them equal or one of them 1 (reshape or expand_dims one operand)"
+                        ),
+                    })
+                }
+            };
+            out.push(d);
+        }
+        Ok(Shape(out))
+    }
+
+    /// Whether `self` can be broadcast to `target` (numpy's `broadcast_to` rule).
+    ///
+    /// ```
+    /// use kiln_ir::Shape;
+    /// assert!(Shape::from(&[3, 1][..]).broadcasts_to(&Shape::from(&[2, 3, 4][..])));
+    /// assert!(!Shape::from(&[3][..]).broadcasts_to(&Shape::from(&[4][..])));
+    /// ```
+    pub fn broadcasts_to(&self, target: &Shape) -> bool {
+        if self.rank() > target.rank() {
+            return false;
+        }
+        let off = target.rank() - self.rank();
+        self.0
+            .iter()
+            .zip(&target.0[off..])
+            .all(|(&s, &t)| s == t || s == 1)
+    }
+
+    /// Normalises a possibly negative axis against `rank`.
+    ///
+    /// ```
+    /// use kiln_ir::Shape;
+    /// assert_eq!(Shape::normalize_axis("sum", -1, 3).unwrap(), 2);
+    /// assert!(Shape::normalize_axis("sum", 3, 3).is_err());
+    /// ```
+    pub fn normalize_axis(op: &'static str, axis: isize, rank: usize) -> Result<usize> {
+        let r = rank as isize;
+        if axis >= r || axis < -r {
+            return Err(Error::InvalidAxis { op, axis, rank });
+        }
+        Ok(if axis < 0 {
+            (axis + r) as usize
+        } else {
+            axis as usize
+        })
+    }
+
+    /// Normalises a list of axes, sorted, rejecting duplicates.
+    ///
+    /// ```
+    /// use kiln_ir::Shape;
+    /// assert_eq!(Shape::normalize_axes("sum", &[-1, 0], 3).unwrap(), vec![0, 2]);
+    /// assert!(Shape::normalize_axes("sum", &[1, -2], 3).is_err());
+    /// ```
+    pub fn normalize_axes(op: &'static str, axes: &[isize], rank: usize) -> Result<Vec<usize>> {
+        let mut out = Vec::with_capacity(axes.len());
+        for &a in axes {
+            let n = Shape::normalize_axis(op, a, rank)?;
+            if out.contains(&n) {
+                return Err(Error::InvalidArgument {
+                    op,
+                    message: format!("axis {a} appears more than once in {axes:?}"),
+                    hint: "list each axis once".into(),
+                });
+            }
+            out.push(n);
+        }
+        out.sort_unstable();
+        Ok(out)
+    }
+}
+
+fn dim_from_right(s: &Shape, i: usize) -> usize {
+    if i < s.rank() {
+        s.0[s.rank() - 1 - i]
+    } else {
+        1
+    }
+}
+
+impl From<&[usize]> for Shape {
+    fn from(d: &[usize]) -> Shape {
+        Shape(SmallVec::from_slice(d))
+    }
+}
+
+impl From<Vec<usize>> for Shape {
+    fn from(d: Vec<usize>) -> Shape {
+        Shape(SmallVec::from_vec(d))
+    }
+}
+
+impl<const N: usize> From<[usize; N]> for Shape {
+    fn from(d: [usize; N]) -> Shape {
+        Shape(SmallVec::from_slice(&d))
+    }
+}
+
+impl fmt::Debug for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// Formats like numpy: `(2, 3)`, `(5,)`, `()`.
+impl fmt::Display for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "(")?;
+        for (i, d) in self.0.iter().enumerate() {
+            if i > 0 {
+                write!(f, ", ")?;
+            }
+            write!(f, "{d}")?;
+        }
+        if self.rank() == 1 {
+            write!(f, ",")?;
+        }
+        write!(f, ")")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn naive_broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+        let n = a.len().max(b.len());
+        let pa: Vec<usize> = std::iter::repeat(1)
+            .take(n - a.len())
+            .chain(a.iter().copied())
+            .collect();
+        let pb: Vec<usize> = std::iter::repeat(1)
+            .take(n - b.len())
+            .chain(b.iter().copied())
+            .collect();
+        pa.iter()
+            .zip(&pb)
+            .map(|(&x, &y)| {
+                if x == y || y == 1 {
+                    Some(x)
+                } else if x == 1 {
+                    Some(y)
+                } else {
+                    None
+                }
+            })
+            .collect()
+    }
+
+    proptest! {
+        #[test]
+        fn broadcast_matches_naive_rule(a in prop::collection::vec(0usize..4, 0..5),
+                                        b in prop::collection::vec(0usize..4, 0..5)) {
+            let got = Shape::broadcast("add", &Shape::from(a.clone()), &Shape::from(b.clone()));
+            match naive_broadcast(&a, &b) {
+                Some(want) => {
+                    let got = got.unwrap();
+                    prop_assert_eq!(got.dims(), &want[..]);
+                    // both operands broadcast to the result
+                    prop_assert!(Shape::from(a.clone()).broadcasts_to(&got));
+                    prop_assert!(Shape::from(b.clone()).broadcasts_to(&got));
+                    // commutative
+                    let rev = Shape::broadcast("add", &Shape::from(b), &Shape::from(a)).unwrap();
+                    prop_assert_eq!(rev, got);
+                }
+                None => prop_assert!(got.is_err()),
+            }
+        }
+    }
+
+    #[test]
+    fn display_matches_numpy() {
+        assert_eq!(Shape::scalar().to_string(), "()");
+        assert_eq!(Shape::from([5]).to_string(), "(5,)");
+    }
+}

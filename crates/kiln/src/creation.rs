@@ -1,0 +1,168 @@
+//! Constructors that need no input data: `zeros`, `ones`, `full`, `arange`, `linspace`,
+//! `eye`, and seeded `uniform`/`normal` from the counter-based generator.
+//!
+//! All are lazy: `zeros(&[4096, 4096])` allocates nothing until it is evaluated. Depends on
+//! `kiln-ir`'s builders.
+
+use crate::Array;
+use kiln_ir::{build, DType, Distribution, Error, Result, Scalar, Shape};
+
+impl Array {
+    /// An array of `value` (converted to `dtype`).
+    ///
+    /// ```
+    /// let a = kiln::Array::full(&[2], 7, kiln::DType::F32);
+    /// assert_eq!(a.to_vec::<f32>()?, vec![7.0, 7.0]);
+    /// # Ok::<(), kiln::Error>(())
+    /// ```
+    pub fn full(shape: &[usize], value: impl Into<Scalar>, dtype: DType) -> Array {
+        Array::from_node(build::full(Shape::from(shape), value.into(), dtype))
+    }
+
+    /// An array of zeros.
+    ///
+    /// ```
+    /// assert_eq!(kiln::Array::zeros(&[3], kiln::DType::I32).to_vec::<i32>()?, vec![0, 0, 0]);
+    /// # Ok::<(), kiln::Error>(())
+    /// ```
+    pub fn zeros(shape: &[usize], dtype: DType) -> Array {
+        Array::full(shape, Scalar::Int(0), dtype)
+    }
+
+    /// An array of ones.
+    ///
+    /// ```
+    /// assert_eq!(kiln::Array::ones(&[2], kiln::DType::Bool).to_vec::<bool>()?, vec![true, true]);
+    /// # Ok::<(), kiln::Error>(())
+    /// ```
+    pub fn ones(shape: &[usize], dtype: DType) -> Array {
+        Array::full(shape, Scalar::Int(1), dtype)
+    }
+
+    /// An array of zeros with the shape and dtype of `like`.
+    ///
+    /// ```
+    /// let a = kiln::Array::ones(&[2, 2], kiln::DType::F64);
+    /// assert_eq!(kiln::Array::zeros_like(&a).shape(), &[2, 2]);
+    /// ```
+    pub fn zeros_like(like: &Array) -> Array {
+        Array::zeros(like.shape(), like.dtype())
+    }
+
+    /// An array of ones with the shape and dtype of `like`.
+    ///
+    /// ```
+    /// let a = kiln::Array::zeros(&[2], kiln::DType::I64);
+    /// assert_eq!(kiln::Array::ones_like(&a).to_vec::<i64>()?, vec![1, 1]);
+    /// # Ok::<(), kiln::Error>(())
+    /// ```
+    pub fn ones_like(like: &Array) -> Array {
+        Array::ones(like.shape(), like.dtype())
+    }
+
+    /// Evenly spaced values in `[start, stop)` (numpy's `arange`): `ceil((stop - start) / step)`
+    /// elements, element `i` is `start + i * step` computed in `f64` (exactly in `i64` for
+    /// integer dtypes with integral arguments).
+    ///
+    /// ```
+    /// let a = kiln::Array::arange(0.0, 5.0, 2.0, kiln::DType::I32)?;
+    /// assert_eq!(a.to_vec::<i32>()?, vec![0, 2, 4]);
+    /// assert!(kiln::Array::arange(0.0, 1.0, 0.0, kiln::DType::F32).is_err());
+    /// # Ok::<(), kiln::Error>(())
+    /// ```
+    pub fn arange(start: f64, stop: f64, step: f64, dtype: DType) -> Result<Array> {
+        if step == 0.0 || !step.is_finite() || !start.is_finite() || !stop.is_finite() {
+            return Err(Error::InvalidArgument {
+                op: "arange",
+                message: format!("start {start}, stop {stop}, step {step}"),
+                hint: "use finite bounds and a finite, non-zero step".into(),
+            });
+        }
+        let n = ((stop - start) / step).ceil().max(0.0) as usize;
+        let integral = start.fract() == 0.0 && step.fract() == 0.0;
+        if dtype.is_int() && integral {
+            let i = Array::from_node(build::iota(Shape::from([n]), 0, DType::I64)?);
+            return Ok((i * step as i64 + start as i64).cast(dtype));
+        }
+        let i = Array::from_node(build::iota(Shape::from([n]), 0, DType::F64)?);
+        Ok((i * step + start).cast(dtype))
+    }
+
+    /// `num` evenly spaced values from `start` to `stop` inclusive (numpy's `linspace`); the
+    /// last element is exactly `stop`.
+    ///
+    /// ```
+    /// let a = kiln::Array::linspace(0.0, 1.0, 5, kiln::DType::F64)?;
+    /// assert_eq!(a.to_vec::<f64>()?, vec![0.0, 0.25, 0.5, 0.75, 1.0]);
+    /// # Ok::<(), kiln::Error>(())
+    /// ```
+    pub fn linspace(start: f64, stop: f64, num: usize, dtype: DType) -> Result<Array> {
+        if !start.is_finite() || !stop.is_finite() {
+            return Err(Error::InvalidArgument {
+                op: "linspace",
+                message: format!("start {start}, stop {stop}"),
+                hint: "use finite bounds".into(),
+            });
+        }
+        let i = Array::from_node(build::iota(Shape::from([num]), 0, DType::F64)?);
+        if num <= 1 {
+            return Ok((i + start).cast(dtype));
+        }
+        let step = (stop - start) / (num - 1) as f64;
+        let y = &i * step + start;
+        Ok(Array::try_where(&i.eq((num - 1) as f64), stop, &y)?.cast(dtype))
+    }
+
+    /// The `n × m` identity-like matrix (ones on the main diagonal); `m` defaults to `n`.
+    ///
+    /// ```
+    /// let e = kiln::Array::eye(2, None, kiln::DType::F32);
+    /// assert_eq!(e.to_vec::<f32>()?, vec![1.0, 0.0, 0.0, 1.0]);
+    /// # Ok::<(), kiln::Error>(())
+    /// ```
+    pub fn eye(n: usize, m: Option<usize>, dtype: DType) -> Array {
+        let shape = Shape::from([n, m.unwrap_or(n)]);
+        let r = Array::from_node(build::iota(shape.clone(), 0, DType::I64).expect("rank 2"));
+        let c = Array::from_node(build::iota(shape, 1, DType::I64).expect("rank 2"));
+        r.eq(&c).cast(dtype)
+    }
+
+    /// Uniform random numbers in `[low, high)` of a float `dtype`. Element `i` depends only on
+    /// `(seed, i)`: results are the same for any thread count or evaluation order.
+    ///
+    /// ```
+    /// let a = kiln::Array::uniform(&[1000], 2.0, 3.0, 42, kiln::DType::F32)?;
+    /// let b = kiln::Array::uniform(&[1000], 2.0, 3.0, 42, kiln::DType::F32)?;
+    /// assert_eq!(a.to_vec::<f32>()?, b.to_vec::<f32>()?);
+    /// assert!(a.to_vec::<f32>()?.iter().all(|&x| (2.0..3.0).contains(&x)));
+    /// # Ok::<(), kiln::Error>(())
+    /// ```
+    pub fn uniform(shape: &[usize], low: f64, high: f64, seed: u64, dtype: DType) -> Result<Array> {
+        let r = Array::from_node(build::random(
+            Shape::from(shape),
+            dtype,
+            Distribution::Uniform,
+            seed,
+        )?);
+        Ok(r * (high - low) + low)
+    }
+
+    /// Normal random numbers with `mean` and standard deviation `std`, of a float `dtype`,
+    /// from the counter-based generator (see [`Array::uniform`]).
+    ///
+    /// ```
+    /// let a = kiln::Array::normal(&[10_000], 0.0, 1.0, 7, kiln::DType::F64)?;
+    /// let m = a.mean(None, false).item::<f64>()?;
+    /// assert!(m.abs() < 0.05);
+    /// # Ok::<(), kiln::Error>(())
+    /// ```
+    pub fn normal(shape: &[usize], mean: f64, std: f64, seed: u64, dtype: DType) -> Result<Array> {
+        let r = Array::from_node(build::random(
+            Shape::from(shape),
+            dtype,
+            Distribution::Normal,
+            seed,
+        )?);
+        Ok(r * std + mean)
+    }
+}
