@@ -13,7 +13,11 @@ fn main() -> Result<(), kiln::Error> {
     // Broadcasting, weak scalars (f32 stays f32), elementwise functions. Nothing runs yet:
     // shapes and dtypes are known at once.
     let b = (&a * 2.0 + &row).sqrt();
-    println!("b = sqrt(a*2 + row): shape {:?}, dtype {}", b.shape(), b.dtype());
+    println!(
+        "b = sqrt(a*2 + row): shape {:?}, dtype {}",
+        b.shape(),
+        b.dtype()
+    );
     println!("{b}\n"); // printing evaluates
 
     // Reductions, softmax, matmul.
@@ -42,7 +46,11 @@ fn main() -> Result<(), kiln::Error> {
     let e = a.exp();
     let (total, peak) = (e.sum(None, false), e.max(None, false));
     kiln::eval(&[&total, &peak])?;
-    println!("sum(exp(a)) = {}, max(exp(a)) = {}", total.item::<f32>()?, peak.item::<f32>()?);
+    println!(
+        "sum(exp(a)) = {}, max(exp(a)) = {}",
+        total.item::<f32>()?,
+        peak.item::<f32>()?
+    );
 
     // Errors name the op, both shapes and a fix, and are raised when the expression is built.
     let bad = Array::zeros(&[4], DType::F32);

@@ -27,7 +27,12 @@ fn floats_like_numpy() {
 
 #[test]
 fn ints_bools_and_scalars() {
-    assert_eq!(Array::from_vec(vec![true, false], &[2]).unwrap().to_string(), "[ True False]");
+    assert_eq!(
+        Array::from_vec(vec![true, false], &[2])
+            .unwrap()
+            .to_string(),
+        "[ True False]"
+    );
     assert_eq!(Array::scalar(7i32).to_string(), "7");
     assert_eq!(Array::zeros(&[2, 0], DType::I32).to_string(), "[]");
 }

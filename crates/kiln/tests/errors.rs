@@ -12,18 +12,43 @@ fn shape_mismatch_names_op_and_both_shapes() {
     let e = f32s(&[2, 3]).try_add(&f32s(&[4])).unwrap_err();
     assert!(matches!(e, Error::ShapeMismatch { op: "add", .. }));
     let m = e.to_string();
-    assert!(m.contains("add") && m.contains("(2, 3)") && m.contains("(4,)"), "{m}");
+    assert!(
+        m.contains("add") && m.contains("(2, 3)") && m.contains("(4,)"),
+        "{m}"
+    );
 
-    let m = f32s(&[2, 3]).try_matmul(&f32s(&[4, 5])).unwrap_err().to_string();
-    assert!(m.contains("matmul") && m.contains("(2, 3)") && m.contains("(4, 5)") && m.contains("transpose"), "{m}");
+    let m = f32s(&[2, 3])
+        .try_matmul(&f32s(&[4, 5]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        m.contains("matmul")
+            && m.contains("(2, 3)")
+            && m.contains("(4, 5)")
+            && m.contains("transpose"),
+        "{m}"
+    );
 
-    let m = f32s(&[5, 2, 3]).try_matmul(&f32s(&[4, 3, 2])).unwrap_err().to_string();
-    assert!(m.contains("batch") && m.contains("(5,)") && m.contains("(4,)"), "{m}");
+    let m = f32s(&[5, 2, 3])
+        .try_matmul(&f32s(&[4, 3, 2]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        m.contains("batch") && m.contains("(5,)") && m.contains("(4,)"),
+        "{m}"
+    );
 
-    let m = Array::try_concat(&[&f32s(&[2, 3]), &f32s(&[2, 4])], 0).unwrap_err().to_string();
-    assert!(m.contains("concat") && m.contains("(2, 3)") && m.contains("(2, 4)"), "{m}");
+    let m = Array::try_concat(&[&f32s(&[2, 3]), &f32s(&[2, 4])], 0)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        m.contains("concat") && m.contains("(2, 3)") && m.contains("(2, 4)"),
+        "{m}"
+    );
 
-    let m = Array::try_where(&f32s(&[3]).gt(0.0), &f32s(&[2]), 0.0).unwrap_err().to_string();
+    let m = Array::try_where(&f32s(&[3]).gt(0.0), &f32s(&[2]), 0.0)
+        .unwrap_err()
+        .to_string();
     assert!(m.contains("where"), "{m}");
 }
 
@@ -31,40 +56,89 @@ fn shape_mismatch_names_op_and_both_shapes() {
 fn reshape_and_axis_errors_are_found_at_build_time() {
     let a = f32s(&[2, 6]);
     let m = a.try_reshape(&[5, -1]).unwrap_err().to_string();
-    assert!(m.contains("reshape") && m.contains("(2, 6)") && m.contains("12"), "{m}");
-    assert!(a.try_reshape(&[-1, -1]).unwrap_err().to_string().contains("only one"));
+    assert!(
+        m.contains("reshape") && m.contains("(2, 6)") && m.contains("12"),
+        "{m}"
+    );
+    assert!(a
+        .try_reshape(&[-1, -1])
+        .unwrap_err()
+        .to_string()
+        .contains("only one"));
 
     let e = a.try_sum(Some(&[2]), false).unwrap_err();
-    assert_eq!(e, Error::InvalidAxis { op: "sum", axis: 2, rank: 2 });
+    assert_eq!(
+        e,
+        Error::InvalidAxis {
+            op: "sum",
+            axis: 2,
+            rank: 2
+        }
+    );
     assert!(e.to_string().contains("-2..2"));
     assert!(a.try_softmax(-3).is_err());
     assert!(a.try_argmax(Some(5), false).is_err());
     assert!(a.try_expand_dims(4).is_err());
     assert!(a.try_permute(&[0, 0]).is_err());
-    assert!(a.try_squeeze(Some(&[0])).unwrap_err().to_string().contains("size 2"));
-    assert!(a.try_slice(s![2]).unwrap_err().to_string().contains("out of bounds"));
-    assert!(a.try_slice(s![.., ..;0]).unwrap_err().to_string().contains("step"));
+    assert!(a
+        .try_squeeze(Some(&[0]))
+        .unwrap_err()
+        .to_string()
+        .contains("size 2"));
+    assert!(a
+        .try_slice(s![2])
+        .unwrap_err()
+        .to_string()
+        .contains("out of bounds"));
+    assert!(a
+        .try_slice(s![.., ..;0])
+        .unwrap_err()
+        .to_string()
+        .contains("step"));
     assert!(a.try_slice(s![0, 0, 0]).is_err());
-    let m = f32s(&[0, 3]).try_max(Some(&[0]), false).unwrap_err().to_string();
-    assert!(m.contains("max") && m.contains("(0, 3)") && m.contains("identity"), "{m}");
+    let m = f32s(&[0, 3])
+        .try_max(Some(&[0]), false)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        m.contains("max") && m.contains("(0, 3)") && m.contains("identity"),
+        "{m}"
+    );
     assert!(f32s(&[0]).try_argmax(None, false).is_err());
-    assert!(f32s(&[2, 3]).try_top_k(4).unwrap_err().to_string().contains("k = 4"));
+    assert!(f32s(&[2, 3])
+        .try_top_k(4)
+        .unwrap_err()
+        .to_string()
+        .contains("k = 4"));
 }
 
 #[test]
 fn dtype_errors_name_the_dtypes() {
     let b = Array::from_vec(vec![true, false], &[2]).unwrap();
     let m = b.try_exp().unwrap_err().to_string();
-    assert!(m.contains("exp") && m.contains("bool") && m.contains("cast"), "{m}");
+    assert!(
+        m.contains("exp") && m.contains("bool") && m.contains("cast"),
+        "{m}"
+    );
     assert!(b.try_sub(&b).unwrap_err().to_string().contains("subtract"));
     let m = f32s(&[2]).to_vec::<f64>().unwrap_err().to_string();
-    assert!(m.contains("float32") && m.contains("float64") && m.contains("cast"), "{m}");
+    assert!(
+        m.contains("float32") && m.contains("float64") && m.contains("cast"),
+        "{m}"
+    );
     let ids = Array::from_vec(vec![0.0f32], &[1]).unwrap();
-    assert!(f32s(&[3]).try_take(&ids, 0).unwrap_err().to_string().contains("indices must be"));
+    assert!(f32s(&[3])
+        .try_take(&ids, 0)
+        .unwrap_err()
+        .to_string()
+        .contains("indices must be"));
     let i32s = Array::from_vec(vec![1i32], &[1]).unwrap();
     let m = i32s.try_add(1i64 << 40).unwrap_err().to_string();
     assert!(m.contains("1099511627776") && m.contains("int32"), "{m}");
-    assert!(Array::from_vec(vec![1.0f32; 5], &[2, 3]).unwrap_err().to_string().contains("(2, 3)"));
+    assert!(Array::from_vec(vec![1.0f32; 5], &[2, 3])
+        .unwrap_err()
+        .to_string()
+        .contains("(2, 3)"));
 }
 
 #[test]
@@ -73,7 +147,15 @@ fn evaluation_errors_name_the_value_and_leave_state_intact() {
     let ids = Array::from_vec(vec![0i64, 7], &[2]).unwrap();
     let g = table.take(&ids, 0);
     let e = g.eval().unwrap_err();
-    assert_eq!(e, Error::IndexOutOfRange { op: "take", index: 7, axis: 0, size: 3 });
+    assert_eq!(
+        e,
+        Error::IndexOutOfRange {
+            op: "take",
+            index: 7,
+            axis: 0,
+            size: 3
+        }
+    );
     assert!(e.to_string().contains("index 7") && e.to_string().contains("size 3"));
     assert!(!g.is_evaluated());
     // the inputs are untouched and other work still evaluates
@@ -87,7 +169,10 @@ fn evaluation_errors_name_the_value_and_leave_state_intact() {
     let a = Array::from_vec(vec![7i32, -7], &[2]).unwrap();
     let z = Array::from_vec(vec![2i32, 0], &[2]).unwrap();
     let m = a.rem(&z).eval().unwrap_err().to_string();
-    assert!(m.contains("remainder") && m.contains("-7") && m.contains("zero"), "{m}");
+    assert!(
+        m.contains("remainder") && m.contains("-7") && m.contains("zero"),
+        "{m}"
+    );
     let m = a.pow(-1).eval().unwrap_err().to_string();
     assert!(m.contains("negative"), "{m}");
 }

@@ -13,7 +13,13 @@ fn arr(data: Vec<f64>, shape: &[usize]) -> Array {
 fn np_shape(s: &[usize]) -> String {
     match s {
         [d] => format!("({d},)"),
-        _ => format!("({})", s.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")),
+        _ => format!(
+            "({})",
+            s.iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     }
 }
 
