@@ -33,7 +33,32 @@ use kiln_ir::{HostData, LazyExpr, Result};
 /// ```
 pub trait Executor: Send + Sync {
     /// A short name for messages (`"cpu"`, `"wgpu"`).
+    ///
+    /// ```
+    /// # use kiln_compiler::Executor;
+    /// # struct Nop;
+    /// # impl Executor for Nop {
+    /// #     fn name(&self) -> &'static str { "nop" }
+    /// #     fn execute(&self, _: &kiln_ir::LazyExpr) -> kiln_ir::Result<Vec<kiln_ir::HostData>> { Ok(vec![]) }
+    /// # }
+    /// let backend: &dyn Executor = &Nop;
+    /// assert_eq!(backend.name(), "nop");
+    /// ```
     fn name(&self) -> &'static str;
     /// Evaluates every output of `expr`.
+    ///
+    /// ```
+    /// # use kiln_compiler::Executor;
+    /// # use kiln_ir::{build, HostData, LazyExpr, Shape, UnaryOp};
+    /// # struct Reference;
+    /// # impl Executor for Reference {
+    /// #     fn name(&self) -> &'static str { "reference" }
+    /// #     fn execute(&self, e: &LazyExpr) -> kiln_ir::Result<Vec<HostData>> { kiln_reference::evaluate(e) }
+    /// # }
+    /// let a = build::data(HostData::from(vec![4.0f64]), Shape::from([1])).unwrap();
+    /// let y = build::unary(UnaryOp::Sqrt, &a).unwrap();
+    /// let out = Reference.execute(&LazyExpr::from_roots(&[&y])).unwrap();
+    /// assert_eq!(out[0].get(0), kiln_ir::Scalar::Float(2.0));
+    /// ```
     fn execute(&self, expr: &LazyExpr) -> Result<Vec<HostData>>;
 }

@@ -1,10 +1,10 @@
 //! Builders: numpy semantics (promotion, weak scalars, broadcasting, negative axes, `-1` in
-//! reshape, slicing rules) lowered to the explicit primitive ops of [`crate::op`].
+//! reshape, slicing rules) lowered to the explicit primitive ops of [`Op`].
 //!
 //! Every builder infers the result's dtype and shape *now* and reports a bad shape, axis or
 //! dtype as an [`Error`] naming the op, both shapes and a fix; nothing is computed. The
 //! returned nodes satisfy [`Op::check`]. Depends on every other module of the crate but
-//! [`crate::expr`].
+//! `LazyExpr`.
 
 use crate::data::HostData;
 use crate::dtype::{DType, Kind, Scalar};
@@ -160,8 +160,8 @@ pub fn cast(a: &NodeRef, dtype: DType) -> NodeRef {
 }
 
 /// An elementwise unary op. Float-valued ops (`exp`, `sqrt`, ...) cast integers to `f64`;
-/// `floor`/`ceil`/`round` of an integer array return it unchanged; `bool` operands are
-/// accepted only by `logical_not` and `isnan`.
+/// `floor`/`ceil`/`round` of an integer array and `floor`/`ceil` of a `bool` array return it
+/// unchanged (as numpy); other `bool` operands are accepted only by `logical_not` and `isnan`.
 ///
 /// ```
 /// use kiln_ir::{build, DType, HostData, Shape, UnaryOp};
@@ -178,6 +178,12 @@ pub fn unary(op: UnaryOp, a: &NodeRef) -> Result<NodeRef> {
     if op == UnaryOp::IsNan {
         return Ok(mk(Op::Unary(op), DType::Bool, a.shape().clone(), &[a]));
     }
+    let rounding = matches!(op, UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round);
+    if (d.is_int() && rounding)
+        || (d == DType::Bool && matches!(op, UnaryOp::Floor | UnaryOp::Ceil))
+    {
+        return Ok(a.clone());
+    }
     if d == DType::Bool {
         return Err(Error::UnsupportedDType {
             op: op.name(),
@@ -185,9 +191,6 @@ pub fn unary(op: UnaryOp, a: &NodeRef) -> Result<NodeRef> {
             hint: "cast the bool array to an integer or float dtype first (`.cast(DType::F32)`)"
                 .into(),
         });
-    }
-    if d.is_int() && matches!(op, UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round) {
-        return Ok(a.clone());
     }
     let a = if op.is_float_valued() {
         cast(a, d.to_float())
@@ -307,6 +310,8 @@ fn binary_in(op: BinaryOp, a: &NodeRef, b: &NodeRef, dt: DType) -> Result<NodeRe
 
 /// A binary op between an array and a *weak* Rust scalar (NEP 50): `f32_array * 2.0` stays
 /// `f32`, `i32_array + 1` stays `i32`. `scalar_on_left` puts the scalar first (`2.0 - x`).
+/// An integer scalar that does not fit the array's integer dtype is an error, except in a
+/// comparison, which is then computed exactly (as numpy 2).
 ///
 /// ```
 /// use kiln_ir::{build, BinaryOp, DType, HostData, Scalar, Shape};
@@ -320,13 +325,18 @@ pub fn binary_scalar(
     value: Scalar,
     scalar_on_left: bool,
 ) -> Result<NodeRef> {
-    let dt = DType::promote_weak(a.dtype(), value.kind());
+    let mut dt = DType::promote_weak(a.dtype(), value.kind());
     if value.kind() == Kind::Int && !value.fits(dt) {
-        return Err(Error::ScalarOverflow {
-            op: op.name(),
-            value: value.to_string(),
-            dtype: dt,
-        });
+        if !op.is_comparison() {
+            return Err(Error::ScalarOverflow {
+                op: op.name(),
+                value: value.to_string(),
+                dtype: dt,
+            });
+        }
+        // numpy 2 compares an out-of-range Python int exactly (`i32_array < 2**40` is all
+        // true): compare in `i64`, which holds both operands.
+        dt = DType::I64;
     }
     let s = scalar(value, dt);
     if scalar_on_left {
@@ -746,7 +756,8 @@ pub fn arg_reduce(
 }
 
 /// Matrix product with numpy's `matmul` semantics: 1-D operands are promoted to matrices
-/// (and the added axis removed), batch dimensions broadcast.
+/// (and the added axis removed), batch dimensions broadcast. Two `bool` operands give a
+/// `bool` result (or of ands), as numpy.
 ///
 /// ```
 /// use kiln_ir::{build, HostData, Shape};
@@ -771,11 +782,9 @@ pub fn matmul(a: &NodeRef, b: &NodeRef) -> Result<NodeRef> {
     }
     let dt = DType::promote(a.dtype(), b.dtype());
     if dt == DType::Bool {
-        return Err(Error::UnsupportedDType {
-            op: "matmul",
-            dtype: dt,
-            hint: "cast bool operands to an integer or float dtype first".into(),
-        });
+        // numpy: the logical or of ands. Count the true products in i64, test for non-zero.
+        let r = matmul(&cast(a, DType::I64), &cast(b, DType::I64))?;
+        return Ok(cast(&r, DType::Bool));
     }
     let a2 = if sa.rank() == 1 {
         reshape_to(a, Shape::from([1, sa.0[0]]))

@@ -283,7 +283,11 @@ impl Scalar {
                 other => other.as_i64() as i32 as i64,
             }),
             DType::I64 => Scalar::Int(self.as_i64()),
-            DType::F32 => Scalar::Float(self.as_f64() as f32 as f64),
+            // Integers round to f32 directly: through f64 they could be rounded twice.
+            DType::F32 => Scalar::Float(match self {
+                Scalar::Int(i) => i as f32 as f64,
+                other => other.as_f64() as f32 as f64,
+            }),
             DType::F64 => Scalar::Float(self.as_f64()),
         }
     }

@@ -6,6 +6,11 @@
 use crate::{DType, Shape};
 
 /// `Result` with kiln's [`Error`].
+///
+/// ```
+/// fn f() -> kiln_ir::Result<u8> { Ok(1) }
+/// assert_eq!(f(), Ok(1));
+/// ```
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Everything that can go wrong when building or evaluating an expression.

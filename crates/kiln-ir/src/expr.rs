@@ -19,6 +19,15 @@ use std::fmt::Write as _;
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 /// A node of a [`LazyExpr`].
+///
+/// ```
+/// use kiln_ir::{build, BinaryOp, HostData, LazyExpr, Shape, UnaryOp};
+/// let a = build::data(HostData::from(vec![1.0f64, 2.0]), Shape::from([2])).unwrap();
+/// let y = build::unary(UnaryOp::Exp, &a).unwrap();
+/// let e = LazyExpr::from_roots(&[&y]);
+/// let n = &e.graph[e.outputs[0]];
+/// assert_eq!(n.op.name(), "exp");
+/// ```
 #[derive(Clone, Debug)]
 pub struct ExprNode {
     /// What it computes.
@@ -55,6 +64,15 @@ impl LazyExpr {
     /// Collects everything `roots` depend on. Nodes with a value become parameters, numbered
     /// in the order a depth-first walk from the roots first meets them, so equal structure
     /// gives equal numbering. Iterative: deep graphs do not overflow the stack.
+    ///
+    /// ```
+    /// use kiln_ir::{build, BinaryOp, HostData, LazyExpr, Shape, UnaryOp};
+    /// let a = build::data(HostData::from(vec![1.0f64, 2.0]), Shape::from([2])).unwrap();
+    /// let y = build::unary(UnaryOp::Exp, &a).unwrap();
+    /// let e = LazyExpr::from_roots(&[&y]);
+    /// assert_eq!(e.graph.node_count(), 2);
+    /// assert_eq!(e.outputs.len(), 1);
+    /// ```
     pub fn from_roots(roots: &[&NodeRef]) -> LazyExpr {
         let mut graph: DiGraph<ExprNode, u32> = DiGraph::new();
         let mut params = Vec::new();
@@ -117,6 +135,15 @@ impl LazyExpr {
     }
 
     /// The operands of `n`, in operand order.
+    ///
+    /// ```
+    /// use kiln_ir::{build, BinaryOp, HostData, LazyExpr, Shape, UnaryOp};
+    /// let a = build::data(HostData::from(vec![1.0f64, 2.0]), Shape::from([2])).unwrap();
+    /// let y = build::unary(UnaryOp::Exp, &a).unwrap();
+    /// let e = LazyExpr::from_roots(&[&y]);
+    /// let out = e.outputs[0];
+    /// assert_eq!(e.inputs(out).len(), 1);
+    /// ```
     pub fn inputs(&self, n: NodeIndex) -> Vec<NodeIndex> {
         let mut e: Vec<(u32, NodeIndex)> = self
             .graph
@@ -128,12 +155,29 @@ impl LazyExpr {
     }
 
     /// Node indices in topological order (operands before users).
+    ///
+    /// ```
+    /// use kiln_ir::{build, BinaryOp, HostData, LazyExpr, Shape, UnaryOp};
+    /// let a = build::data(HostData::from(vec![1.0f64, 2.0]), Shape::from([2])).unwrap();
+    /// let y = build::unary(UnaryOp::Exp, &a).unwrap();
+    /// let e = LazyExpr::from_roots(&[&y]);
+    /// let order: Vec<_> = e.topo_order().collect();
+    /// assert_eq!(order.last(), Some(&e.outputs[0]));
+    /// ```
     pub fn topo_order(&self) -> impl Iterator<Item = NodeIndex> {
         self.graph.node_indices()
     }
 
     /// The IR verifier: every node satisfies its op's typing invariants ([`Op::check`]),
     /// edges go forward in index order, and parameters match their data.
+    ///
+    /// ```
+    /// use kiln_ir::{build, BinaryOp, HostData, LazyExpr, Shape, UnaryOp};
+    /// let a = build::data(HostData::from(vec![1.0f64, 2.0]), Shape::from([2])).unwrap();
+    /// let y = build::unary(UnaryOp::Exp, &a).unwrap();
+    /// let e = LazyExpr::from_roots(&[&y]);
+    /// assert!(e.verify().is_ok());
+    /// ```
     pub fn verify(&self) -> Result<()> {
         for n in self.graph.node_indices() {
             let node = &self.graph[n];
@@ -198,6 +242,15 @@ impl LazyExpr {
     }
 
     /// Graphviz DOT text of the DAG: one box per node with its op, dtype and shape.
+    ///
+    /// ```
+    /// use kiln_ir::{build, BinaryOp, HostData, LazyExpr, Shape, UnaryOp};
+    /// let a = build::data(HostData::from(vec![1.0f64, 2.0]), Shape::from([2])).unwrap();
+    /// let y = build::unary(UnaryOp::Exp, &a).unwrap();
+    /// let e = LazyExpr::from_roots(&[&y]);
+    /// let dot = e.to_dot();
+    /// assert!(dot.starts_with("digraph") && dot.contains("exp"));
+    /// ```
     pub fn to_dot(&self) -> String {
         let mut s = String::from("digraph kiln {\n  node [shape=box, fontname=monospace];\n");
         for n in self.graph.node_indices() {

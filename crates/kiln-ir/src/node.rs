@@ -14,9 +14,19 @@ use smallvec::SmallVec;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// A shared handle to a [`Node`].
+///
+/// ```
+/// let n: kiln_ir::NodeRef = kiln_ir::build::scalar(kiln_ir::Scalar::Int(1), kiln_ir::DType::I32);
+/// assert_eq!(n.dtype(), kiln_ir::DType::I32);
+/// ```
 pub type NodeRef = Arc<Node>;
 
 /// Operand lists.
+///
+/// ```
+/// let ins: kiln_ir::Inputs = Default::default();
+/// assert!(ins.is_empty());
+/// ```
 pub type Inputs = SmallVec<[NodeRef; 2]>;
 
 /// One node of the lazy graph.
@@ -74,26 +84,62 @@ impl Node {
     }
 
     /// The op.
+    ///
+    /// ```
+    /// use kiln_ir::{build, HostData, Shape, UnaryOp};
+    /// let a = build::data(HostData::from(vec![1.0f32, 2.0]), Shape::from([2])).unwrap();
+    /// let e = build::unary(UnaryOp::Exp, &a).unwrap();
+    /// assert_eq!(e.op().name(), "exp");
+    /// ```
     pub fn op(&self) -> &Op {
         &self.op
     }
 
     /// The dtype, known without evaluating.
+    ///
+    /// ```
+    /// use kiln_ir::{build, HostData, Shape, UnaryOp};
+    /// let a = build::data(HostData::from(vec![1.0f32, 2.0]), Shape::from([2])).unwrap();
+    /// let e = build::unary(UnaryOp::Exp, &a).unwrap();
+    /// assert_eq!(e.dtype(), kiln_ir::DType::F32);
+    /// ```
     pub fn dtype(&self) -> DType {
         self.dtype
     }
 
     /// The shape, known without evaluating.
+    ///
+    /// ```
+    /// use kiln_ir::{build, HostData, Shape, UnaryOp};
+    /// let a = build::data(HostData::from(vec![1.0f32, 2.0]), Shape::from([2])).unwrap();
+    /// let e = build::unary(UnaryOp::Exp, &a).unwrap();
+    /// assert_eq!(e.shape().dims(), &[2]);
+    /// ```
     pub fn shape(&self) -> &Shape {
         &self.shape
     }
 
     /// The value, if the node is input data or has been evaluated.
+    ///
+    /// ```
+    /// use kiln_ir::{build, HostData, Shape, UnaryOp};
+    /// let a = build::data(HostData::from(vec![1.0f32, 2.0]), Shape::from([2])).unwrap();
+    /// let e = build::unary(UnaryOp::Exp, &a).unwrap();
+    /// assert!(a.value().is_some() && e.value().is_none());
+    /// ```
     pub fn value(&self) -> Option<&HostData> {
         self.value.get()
     }
 
     /// The operands (empty once the node has a value).
+    ///
+    /// ```
+    /// use kiln_ir::{build, HostData, Shape, UnaryOp};
+    /// let a = build::data(HostData::from(vec![1.0f32, 2.0]), Shape::from([2])).unwrap();
+    /// let e = build::unary(UnaryOp::Exp, &a).unwrap();
+    /// assert_eq!(e.inputs().len(), 1);
+    /// assert!(a.inputs().is_empty());
+    /// ```
     pub fn inputs(&self) -> Inputs {
         self.lock_inputs().clone()
     }
@@ -109,6 +155,15 @@ impl Node {
     ///
     /// # Panics
     /// If the data's dtype or length does not match the node (a backend bug).
+    ///
+    /// ```
+    /// use kiln_ir::{build, HostData, Shape, UnaryOp};
+    /// let a = build::data(HostData::from(vec![1.0f32, 2.0]), Shape::from([2])).unwrap();
+    /// let e = build::unary(UnaryOp::Exp, &a).unwrap();
+    /// assert!(e.set_value(HostData::from(vec![2.7f32, 7.4])));
+    /// assert!(e.inputs().is_empty()); // history released
+    /// assert!(!e.set_value(HostData::from(vec![0.0f32, 0.0]))); // already set
+    /// ```
     pub fn set_value(&self, data: HostData) -> bool {
         assert_eq!(data.dtype(), self.dtype, "set_value: dtype mismatch");
         assert_eq!(data.len(), self.shape.numel(), "set_value: length mismatch");

@@ -300,6 +300,11 @@ pub enum Distribution {
 }
 
 /// Axis lists and permutations.
+///
+/// ```
+/// let axes: kiln_ir::Axes = smallvec::smallvec![0, 2];
+/// assert_eq!(axes.len(), 2);
+/// ```
 pub type Axes = SmallVec<[usize; 4]>;
 
 /// What a node computes. The node's own dtype and shape complete the description (the target

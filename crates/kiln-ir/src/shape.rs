@@ -225,12 +225,12 @@ mod tests {
 
     fn naive_broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
         let n = a.len().max(b.len());
-        let pa: Vec<usize> = std::iter::repeat(1)
-            .take(n - a.len())
+        let pa: Vec<usize> = vec![1; n - a.len()]
+            .into_iter()
             .chain(a.iter().copied())
             .collect();
-        let pb: Vec<usize> = std::iter::repeat(1)
-            .take(n - b.len())
+        let pb: Vec<usize> = vec![1; n - b.len()]
+            .into_iter()
             .chain(b.iter().copied())
             .collect();
         pa.iter()

@@ -37,6 +37,15 @@ struct Tensor {
 ///
 /// Errors: an out-of-range `take` index, integer division by zero, an integer raised to a
 /// negative power — each naming the op and the offending value.
+///
+/// ```
+/// use kiln_ir::{build, HostData, LazyExpr, Shape};
+/// let t = build::data(HostData::from(vec![1.0f32, 2.0]), Shape::from([2])).unwrap();
+/// let i = build::data(HostData::from(vec![5i64]), Shape::from([1])).unwrap();
+/// let g = build::take(&t, &i, 0).unwrap();
+/// let err = kiln_reference::evaluate(&LazyExpr::from_roots(&[&g])).unwrap_err();
+/// assert!(err.to_string().contains("index 5"));
+/// ```
 pub fn evaluate(expr: &LazyExpr) -> Result<Vec<HostData>> {
     let mut values: Vec<Option<Tensor>> = vec![None; expr.graph.node_count()];
     for n in expr.topo_order() {
@@ -333,16 +342,7 @@ fn take(axis: usize, a: &Tensor, idx: &Tensor, out: &Shape) -> Result<Vec<Scalar
 
 fn top_k(k: usize, indices: bool, a: &Tensor) -> Vec<Scalar> {
     let len = *a.shape.0.last().expect("rank >= 1");
-    let rows = if len == 0 {
-        a.shape.numel()
-    } else {
-        a.data.len() / len
-    };
-    let rows = if len == 0 {
-        a.shape.0[..a.shape.rank() - 1].iter().product()
-    } else {
-        rows
-    };
+    let rows: usize = a.shape.0[..a.shape.rank() - 1].iter().product();
     let mut res = Vec::with_capacity(rows * k);
     for r in 0..rows {
         let row = &a.data[r * len..(r + 1) * len];

@@ -29,8 +29,10 @@ pub fn unary(op: UnaryOp, dtype: DType, x: Scalar) -> Scalar {
                     1.0
                 } else if v < 0.0 {
                     -1.0
+                } else if v == 0.0 {
+                    0.0 // +0 for both zeros, as numpy
                 } else {
-                    v // ±0 and NaN unchanged
+                    v // NaN
                 }
             }
             Exp => v.exp(),
@@ -46,10 +48,8 @@ pub fn unary(op: UnaryOp, dtype: DType, x: Scalar) -> Scalar {
             Tanh => v.tanh(),
             Sigmoid => 1.0 / (1.0 + (-v).exp()),
             Relu => {
-                if v.is_nan() {
-                    v
-                } else if v > 0.0 {
-                    v
+                if v.is_nan() || v > 0.0 {
+                    v // NaN stays NaN
                 } else {
                     0.0
                 }
@@ -190,7 +190,13 @@ pub fn binary(op: BinaryOp, dtype: DType, a: Scalar, b: Scalar) -> Result<Scalar
         }));
     }
     if dtype == DType::Bool {
-        unreachable!("bool arithmetic is lowered to logical ops by the builders")
+        // Reached by `max`/`min` reductions of bool arrays; the builders lower the other bool
+        // arithmetic to logical ops.
+        return Ok(Scalar::Bool(match op {
+            Maximum => a.as_bool() || b.as_bool(),
+            Minimum => a.as_bool() && b.as_bool(),
+            _ => unreachable!("bool arithmetic is lowered to logical ops by the builders"),
+        }));
     }
     let (x, y) = (a.as_i64(), b.as_i64());
     let zero = || Error::DivisionByZero {

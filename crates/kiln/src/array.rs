@@ -259,8 +259,8 @@ impl std::fmt::Debug for Array {
     }
 }
 
-#[doc(hidden)]
-pub fn _assert_send_sync() {
-    fn is<T: Send + Sync>() {}
-    is::<Array>();
-}
+// Arrays are shared across threads: keep them `Send + Sync`.
+const _: () = {
+    const fn is_send_sync<T: Send + Sync>() {}
+    is_send_sync::<Array>()
+};

@@ -89,11 +89,14 @@ impl Array {
     }
 
     /// `num` evenly spaced values from `start` to `stop` inclusive (numpy's `linspace`); the
-    /// last element is exactly `stop`.
+    /// last element is exactly `stop`. For integer dtypes the values are rounded toward −∞
+    /// (as numpy 2), not truncated.
     ///
     /// ```
     /// let a = kiln::Array::linspace(0.0, 1.0, 5, kiln::DType::F64)?;
     /// assert_eq!(a.to_vec::<f64>()?, vec![0.0, 0.25, 0.5, 0.75, 1.0]);
+    /// let b = kiln::Array::linspace(-5.0, 0.0, 4, kiln::DType::I32)?;
+    /// assert_eq!(b.to_vec::<i32>()?, vec![-5, -4, -2, 0]);
     /// # Ok::<(), kiln::Error>(())
     /// ```
     pub fn linspace(start: f64, stop: f64, num: usize, dtype: DType) -> Result<Array> {
@@ -105,12 +108,15 @@ impl Array {
             });
         }
         let i = Array::from_node(build::iota(Shape::from([num]), 0, DType::F64)?);
-        if num <= 1 {
-            return Ok((i + start).cast(dtype));
-        }
-        let step = (stop - start) / (num - 1) as f64;
-        let y = &i * step + start;
-        Ok(Array::try_where(&i.eq((num - 1) as f64), stop, &y)?.cast(dtype))
+        let y = if num <= 1 {
+            i + start
+        } else {
+            let step = (stop - start) / (num - 1) as f64;
+            let y = &i * step + start;
+            Array::try_where(&i.eq((num - 1) as f64), stop, &y)?
+        };
+        let y = if dtype.is_int() { y.floor() } else { y };
+        Ok(y.cast(dtype))
     }
 
     /// The `n × m` identity-like matrix (ones on the main diagonal); `m` defaults to `n`.

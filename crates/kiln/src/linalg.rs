@@ -51,16 +51,14 @@ impl Array {
         if ra == 0 || rb == 0 {
             return self.try_mul(rhs);
         }
-        if ra <= 2 && rb <= 2 {
+        // A 1-D operand contracts with the last (left) or second-to-last (right) axis of the
+        // other, with no pairing of leading axes: exactly matmul's rule for a 1-D operand.
+        if (ra <= 2 && rb <= 2) || ra == 1 || rb == 1 {
             return self.try_matmul(rhs);
         }
         // N-D: contract a[..., k] with b[..., k, n] over every pair of leading indices.
         let k = self.shape()[ra - 1];
-        let kb = if rb == 1 {
-            rhs.shape()[0]
-        } else {
-            rhs.shape()[rb - 2]
-        };
+        let kb = rhs.shape()[rb - 2];
         if k != kb {
             return Err(Error::ShapeMismatch {
                 op: "dot",
@@ -69,11 +67,16 @@ impl Array {
                 hint: format!("the last axis of the left operand ({k}) must equal the second-to-last of the right ({kb})"),
             });
         }
-        let a2 = self.try_reshape(&[-1, k as isize])?;
+        // Explicit sizes, not -1: `k` may be 0.
+        let m: usize = self.shape()[..ra - 1].iter().product();
+        let a2 = self.try_reshape(&[m as isize, k as isize])?;
         let mut perm: Vec<isize> = (0..rb as isize).collect();
         let kax = perm.remove(rb - 2);
         perm.insert(0, kax);
-        let b2 = rhs.try_permute(&perm)?.try_reshape(&[k as isize, -1])?;
+        let n: usize = rhs.shape()[..rb - 2].iter().product::<usize>() * rhs.shape()[rb - 1];
+        let b2 = rhs
+            .try_permute(&perm)?
+            .try_reshape(&[k as isize, n as isize])?;
         let mut out: Vec<isize> = self.shape()[..ra - 1].iter().map(|&d| d as isize).collect();
         out.extend(rhs.shape()[..rb - 2].iter().map(|&d| d as isize));
         out.push(rhs.shape()[rb - 1] as isize);

@@ -53,6 +53,9 @@
 //!   are errors (cast first); numpy computes them in `float16`/`int8`, dtypes kiln does not have.
 //!   `floor_divide`, `remainder` and `power` of two bool arrays are errors likewise.
 //! - **`recip`** of integers gives `f64` (numpy's `reciprocal` truncates to an integer).
+//! - **`arange`** with an integer dtype and a fractional `start` or `step` gives
+//!   `start + i * step` truncated toward zero; numpy steps by `dtype(start + step) -
+//!   dtype(start)` (`np.arange(0.5, 5, 1.5, dtype=int)` is `[0, 2, 4]`, kiln's `[0, 2, 3]`).
 //! - **`one_hot`** of an out-of-range index gives a zero row (as `jax.nn.one_hot`).
 //! - **`top_k`** treats NaN as the largest value and breaks ties by the lower index.
 //! - **Reductions of `f32`** are accumulated at least as accurately as numpy's pairwise sums;

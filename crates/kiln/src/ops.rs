@@ -144,6 +144,13 @@ impl Array {
                         (Some(d), Operand::Array(_)) => DType::promote_weak(d, s.kind()),
                         _ => Scalar::default_dtype(s.kind()),
                     };
+                    if !s.fits(dt) {
+                        return Err(kiln_ir::Error::ScalarOverflow {
+                            op: "where",
+                            value: s.to_string(),
+                            dtype: dt,
+                        });
+                    }
                     Array::from_node(build::scalar(s, dt))
                 }
             })
@@ -196,7 +203,7 @@ macro_rules! unary_methods {
     ($($name:ident $try:ident $op:ident $doc:literal;)*) => {
         impl Array {
             $(
-                #[doc = concat!($doc, "\n\nErrors on a `bool` array (cast it first).\n\n```\nlet x = kiln::Array::from_vec(vec![0.5f32, 2.0], &[2])?;\nlet y = x.", stringify!($try), "()?;\nassert_eq!(y.shape(), &[2]);\n# Ok::<(), kiln::Error>(())\n```")]
+                #[doc = concat!($doc, "\n\nA `bool` array is an error unless noted (cast it first).\n\n```\nlet x = kiln::Array::from_vec(vec![0.5f32, 2.0], &[2])?;\nlet y = x.", stringify!($try), "()?;\nassert_eq!(y.shape(), &[2]);\n# Ok::<(), kiln::Error>(())\n```")]
                 pub fn $try(&self) -> Result<Array> {
                     self.try_unary(UnaryOp::$op)
                 }
@@ -214,7 +221,7 @@ macro_rules! unary_methods {
 unary_methods! {
     neg try_neg Neg "Negation (integers wrap).";
     abs try_abs Abs "Absolute value (integers wrap: `abs(i32::MIN) == i32::MIN`, as numpy).";
-    sign try_sign Sign "-1, 0 or 1 (NaN stays NaN, ±0 stays ±0).";
+    sign try_sign Sign "-1, 0 or 1 (NaN stays NaN, ±0 gives +0, as numpy).";
     exp try_exp Exp "`e^x`; integers give `f64`.";
     log try_log Log "Natural logarithm (`log(0) = -inf`, negative → NaN).";
     log1p try_log1p Log1p "`log(1 + x)`, accurate near 0.";
@@ -228,8 +235,8 @@ unary_methods! {
     tanh try_tanh Tanh "Hyperbolic tangent.";
     sigmoid try_sigmoid Sigmoid "Logistic sigmoid `1 / (1 + e^-x)`.";
     relu try_relu Relu "`max(x, 0)`; NaN stays NaN.";
-    floor try_floor Floor "Round toward −∞ (integers unchanged).";
-    ceil try_ceil Ceil "Round toward +∞ (integers unchanged).";
+    floor try_floor Floor "Round toward −∞ (integers and bools unchanged).";
+    ceil try_ceil Ceil "Round toward +∞ (integers and bools unchanged).";
     round try_round Round "Round half to even, as `numpy.round` (integers unchanged).";
     isnan try_isnan IsNan "True where NaN (always false for integers and bools).";
     logical_not try_logical_not LogicalNot "True where `x == 0` (any dtype).";

@@ -188,7 +188,9 @@ impl Array {
         crate::unwrap_or_panic(self.try_softmax(axis))
     }
 
-    /// `x - logsumexp(x)` along `axis`, computed stably.
+    /// `x - logsumexp(x)` along `axis`, computed stably as `(x - m) - log(sum(exp(x - m)))`
+    /// with `m` the maximum (0 where it is not finite), as `scipy.special.log_softmax`: the
+    /// shifted values keep full precision even where `|x|` is large.
     ///
     /// ```
     /// let a = kiln::Array::from_vec(vec![0.0f64, 0.0], &[2])?;
@@ -197,7 +199,10 @@ impl Array {
     /// ```
     pub fn try_log_softmax(&self, axis: isize) -> Result<Array> {
         let x = self.cast(self.dtype().to_float());
-        x.try_sub(&x.try_logsumexp(Some(&[axis]), true)?)
+        let m = x.try_max(Some(&[axis]), true)?;
+        let m = Array::try_where(&m.abs().lt(f64::INFINITY), &m, 0.0)?;
+        let t = x.try_sub(&m)?;
+        t.try_sub(t.exp().try_sum(Some(&[axis]), true)?.log())
     }
 
     /// Panicking form of [`Array::try_log_softmax`].

@@ -9,7 +9,7 @@ fn f32s(shape: &[usize]) -> Array {
 
 #[test]
 fn shape_mismatch_names_op_and_both_shapes() {
-    let e = f32s(&[2, 3]).try_add(&f32s(&[4])).unwrap_err();
+    let e = f32s(&[2, 3]).try_add(f32s(&[4])).unwrap_err();
     assert!(matches!(e, Error::ShapeMismatch { op: "add", .. }));
     let m = e.to_string();
     assert!(
@@ -46,7 +46,7 @@ fn shape_mismatch_names_op_and_both_shapes() {
         "{m}"
     );
 
-    let m = Array::try_where(&f32s(&[3]).gt(0.0), &f32s(&[2]), 0.0)
+    let m = Array::try_where(&f32s(&[3]).gt(0.0), f32s(&[2]), 0.0)
         .unwrap_err()
         .to_string();
     assert!(m.contains("where"), "{m}");
@@ -181,4 +181,13 @@ fn evaluation_errors_name_the_value_and_leave_state_intact() {
 #[should_panic(expected = "(2, 3) and (4,)")]
 fn operators_panic_with_the_message() {
     let _ = f32s(&[2, 3]) + f32s(&[4]);
+}
+
+#[test]
+fn where_rejects_a_scalar_that_does_not_fit() {
+    let a = Array::from_vec(vec![1i32, 2], &[2]).unwrap();
+    let m = Array::try_where(&a.gt(1), &a, 1i64 << 40)
+        .unwrap_err()
+        .to_string();
+    assert!(m.contains("where") && m.contains("int32"), "{m}");
 }
