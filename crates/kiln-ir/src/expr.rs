@@ -8,15 +8,14 @@
 use crate::data::HostData;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::node::{Node, NodeRef};
+use crate::node::NodeRef;
 use crate::op::Op;
 use crate::shape::Shape;
+use crate::trace::{trace, Bindings, Key, SymShape, Trace};
 use petgraph::graph::{DiGraph, NodeIndex};
 use petgraph::visit::EdgeRef;
 use petgraph::Direction;
-use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::hash::{DefaultHasher, Hash, Hasher};
 
 /// A node of a [`LazyExpr`].
 ///
@@ -36,6 +35,10 @@ pub struct ExprNode {
     pub dtype: DType,
     /// Its shape.
     pub shape: Shape,
+    /// Its relative shape (sizes other than 0 and 1 as symbols, see [`crate::trace()`]).
+    pub sym: SymShape,
+    /// For `Param`, `Scalar` and `Random`: the index into the matching [`Bindings`] list.
+    pub binding: Option<u32>,
 }
 
 /// A lowered expression DAG. Node indices are in topological order (operands first); an edge
@@ -58,6 +61,10 @@ pub struct LazyExpr {
     pub params: Vec<HostData>,
     /// The requested outputs, in the order requested (may repeat).
     pub outputs: Vec<NodeIndex>,
+    /// All run-time values: parameter data, scalars, seeds, dimension sizes.
+    pub bindings: Bindings,
+    /// The structural key (see [`crate::trace()`]).
+    pub key: Key,
 }
 
 impl LazyExpr {
@@ -74,58 +81,44 @@ impl LazyExpr {
     /// assert_eq!(e.outputs.len(), 1);
     /// ```
     pub fn from_roots(roots: &[&NodeRef]) -> LazyExpr {
-        let mut graph: DiGraph<ExprNode, u32> = DiGraph::new();
-        let mut params = Vec::new();
-        let mut seen: HashMap<*const Node, NodeIndex> = HashMap::new();
-        let mut outputs = Vec::with_capacity(roots.len());
-        for root in roots {
-            // (node, its operands, whether its operands have been pushed)
-            let mut stack: Vec<(NodeRef, Option<Vec<NodeRef>>)> = vec![((*root).clone(), None)];
-            while let Some((node, inputs)) = stack.pop() {
-                let key = std::sync::Arc::as_ptr(&node);
-                if seen.contains_key(&key) {
-                    continue;
-                }
-                if let Some(v) = node.value() {
-                    let idx = graph.add_node(ExprNode {
-                        op: Op::Param(params.len() as u32),
-                        dtype: node.dtype(),
-                        shape: node.shape().clone(),
-                    });
-                    params.push(v.clone());
-                    seen.insert(key, idx);
-                    continue;
-                }
-                match inputs {
-                    None => {
-                        let ins: Vec<NodeRef> = node.inputs().into_vec();
-                        stack.push((node.clone(), Some(ins.clone())));
-                        for i in ins.into_iter().rev() {
-                            if !seen.contains_key(&std::sync::Arc::as_ptr(&i)) {
-                                stack.push((i, None));
-                            }
-                        }
-                    }
-                    Some(ins) => {
-                        let idx = graph.add_node(ExprNode {
-                            op: node.op().clone(),
-                            dtype: node.dtype(),
-                            shape: node.shape().clone(),
-                        });
-                        for (pos, i) in ins.iter().enumerate() {
-                            let from = seen[&std::sync::Arc::as_ptr(i)];
-                            graph.add_edge(from, idx, pos as u32);
-                        }
-                        seen.insert(key, idx);
-                    }
-                }
+        LazyExpr::from_trace(trace(roots, true))
+    }
+
+    /// Builds the DAG from a [`Trace`] recorded with its nodes.
+    ///
+    /// ```
+    /// use kiln_ir::{build, trace, HostData, LazyExpr, Shape, UnaryOp};
+    /// let a = build::data(HostData::from(vec![1.0f64]), Shape::from([1])).unwrap();
+    /// let y = build::unary(UnaryOp::Sin, &a).unwrap();
+    /// let e = LazyExpr::from_trace(trace(&[&y], true));
+    /// assert_eq!(e.graph.node_count(), 2);
+    /// ```
+    pub fn from_trace(t: Trace) -> LazyExpr {
+        let mut graph: DiGraph<ExprNode, u32> =
+            DiGraph::with_capacity(t.nodes.len(), t.nodes.len());
+        for n in t.nodes {
+            let idx = graph.add_node(ExprNode {
+                op: n.op,
+                dtype: n.dtype,
+                shape: n.shape,
+                sym: n.sym,
+                binding: n.binding,
+            });
+            for (pos, &i) in n.inputs.iter().enumerate() {
+                graph.add_edge(NodeIndex::new(i as usize), idx, pos as u32);
             }
-            outputs.push(seen[&std::sync::Arc::as_ptr(root)]);
         }
+        let outputs = t
+            .outputs
+            .iter()
+            .map(|&o| NodeIndex::new(o as usize))
+            .collect();
         let expr = LazyExpr {
             graph,
-            params,
+            params: t.bindings.params.clone(),
+            bindings: t.bindings,
             outputs,
+            key: t.key,
         };
         #[cfg(debug_assertions)]
         if let Err(e) = expr.verify() {
@@ -210,9 +203,10 @@ impl LazyExpr {
         Ok(())
     }
 
-    /// The structural hash: ops with their attributes, dtypes, shapes and wiring, with
-    /// parameters by number. Scalar values, random seeds and parameter data are excluded, so
-    /// a new learning rate or new input data gives the same hash.
+    /// The hash of the structural [`Key`]: ops with their attributes, dtypes, relative
+    /// shapes and wiring, with parameters by number. Scalar values (beyond their class),
+    /// random seeds, parameter data and sizes other than 0 and 1 are excluded, so a new
+    /// learning rate, new input data or a new batch size gives the same hash.
     ///
     /// ```
     /// use kiln_ir::{build, BinaryOp, HostData, LazyExpr, Scalar, Shape};
@@ -224,21 +218,7 @@ impl LazyExpr {
     /// assert_eq!(f(1.0, 2.0), f(5.0, 0.5));
     /// ```
     pub fn structural_hash(&self) -> u64 {
-        let mut h = DefaultHasher::new();
-        self.graph.node_count().hash(&mut h);
-        for n in self.graph.node_indices() {
-            let node = &self.graph[n];
-            hash_op(&node.op, &mut h);
-            node.dtype.hash(&mut h);
-            node.shape.hash(&mut h);
-            for i in self.inputs(n) {
-                i.index().hash(&mut h);
-            }
-        }
-        for o in &self.outputs {
-            o.index().hash(&mut h);
-        }
-        h.finish()
+        self.key.hash()
     }
 
     /// Graphviz DOT text of the DAG: one box per node with its op, dtype and shape.
@@ -284,37 +264,6 @@ impl LazyExpr {
     }
 }
 
-fn hash_op<H: Hasher>(op: &Op, h: &mut H) {
-    std::mem::discriminant(op).hash(h);
-    match op {
-        Op::Param(i) => i.hash(h),
-        Op::Data | Op::Scalar(_) => {} // values are parameters
-        Op::Iota { axis } => axis.hash(h),
-        Op::Random { dist, .. } => dist.hash(h),
-        Op::Unary(u) => u.hash(h),
-        Op::Binary(b) => b.hash(h),
-        Op::Where | Op::Cast | Op::Reshape | Op::BroadcastTo | Op::MatMul => {}
-        Op::Permute(p) => p.hash(h),
-        Op::Slice { start, step } => {
-            start.hash(h);
-            step.hash(h);
-        }
-        Op::Concat { axis } | Op::Take { axis } => axis.hash(h),
-        Op::Reduce { op, axes } => {
-            op.hash(h);
-            axes.hash(h);
-        }
-        Op::ArgReduce { op, axis } => {
-            op.hash(h);
-            axis.hash(h);
-        }
-        Op::TopK { k, indices } => {
-            k.hash(h);
-            indices.hash(h);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use crate::{build, BinaryOp, HostData, LazyExpr, ReduceOp, Shape, UnaryOp};
@@ -338,9 +287,14 @@ mod tests {
             graph(4, BinaryOp::Add).structural_hash(),
             graph(4, BinaryOp::Mul).structural_hash()
         );
-        assert_ne!(
+        // sizes are symbols; 1 stays literal
+        assert_eq!(
             graph(4, BinaryOp::Add).structural_hash(),
             graph(5, BinaryOp::Add).structural_hash()
+        );
+        assert_ne!(
+            graph(4, BinaryOp::Add).structural_hash(),
+            graph(1, BinaryOp::Add).structural_hash()
         );
     }
 

@@ -27,6 +27,7 @@ mod node;
 mod op;
 pub mod random;
 mod shape;
+mod trace;
 
 pub use data::{Element, HostData, Shared};
 pub use dtype::{DType, Kind, Scalar};
@@ -35,3 +36,6 @@ pub use expr::{ExprNode, LazyExpr};
 pub use node::{Inputs, Node, NodeRef};
 pub use op::{ArgReduceOp, Axes, BinaryOp, Distribution, Op, ReduceOp, UnaryOp};
 pub use shape::Shape;
+pub use trace::{
+    resolve_shape, scalar_key_value, trace, Bindings, Dim, Key, SymShape, Trace, TracedNode,
+};

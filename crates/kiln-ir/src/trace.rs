@@ -1,0 +1,396 @@
+//! The one traversal from front-end [`Node`]s to everything a graph needs to be compiled or
+//! re-run: the structural **key** (graph-cache key), the **bindings** (parameter data, scalar
+//! values, random seeds and concrete dimension sizes) and, when asked, the flat node list that
+//! becomes a [`crate::LazyExpr`].
+//!
+//! Shapes are *relative*: each distinct dimension size other than 0 and 1 becomes a symbol
+//! numbered in order of first appearance, so `[12, 64]` and `[7, 64]` give the same key, while
+//! 0 and 1 (which change broadcasting and emptiness) stay literal. Scalar values enter the key
+//! only as a class (exactly `0`, `-0.0`, `1`, or other), which lets the compiler simplify
+//! `x * 1` without recompiling for every learning rate. Nothing else about values, and
+//! nothing about pointers, enters the key. Depends on [`crate::node`], [`crate::op`],
+//! [`crate::shape`], [`crate::data`].
+
+use crate::data::HostData;
+use crate::dtype::{DType, Scalar};
+use crate::node::{Node, NodeRef};
+use crate::op::Op;
+use crate::shape::Shape;
+use smallvec::SmallVec;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+/// One dimension of a relative shape: a literal 0 or 1, or a size symbol.
+///
+/// ```
+/// use kiln_ir::Dim;
+/// assert_eq!(Dim::Sym(0).resolve(&[12]), 12);
+/// assert_eq!(Dim::Const(1).resolve(&[12]), 1);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Dim {
+    /// A literal size (0 or 1).
+    Const(usize),
+    /// Symbol `i`, bound to `Bindings::dims[i]`.
+    Sym(u32),
+}
+
+impl Dim {
+    /// The concrete size under the symbol values `dims`.
+    ///
+    /// ```
+    /// assert_eq!(kiln_ir::Dim::Sym(1).resolve(&[3, 5]), 5);
+    /// ```
+    pub fn resolve(self, dims: &[usize]) -> usize {
+        match self {
+            Dim::Const(c) => c,
+            Dim::Sym(s) => dims[s as usize],
+        }
+    }
+
+    fn code(self) -> u64 {
+        match self {
+            Dim::Const(c) => c as u64,
+            Dim::Sym(s) => 2 + s as u64,
+        }
+    }
+}
+
+/// A shape in relative form.
+pub type SymShape = SmallVec<[Dim; 4]>;
+
+/// Resolves a relative shape to a concrete one.
+///
+/// ```
+/// use kiln_ir::{Dim, resolve_shape};
+/// let s = resolve_shape(&[Dim::Sym(0), Dim::Const(1)], &[7]);
+/// assert_eq!(s.dims(), &[7, 1]);
+/// ```
+pub fn resolve_shape(shape: &[Dim], dims: &[usize]) -> Shape {
+    Shape(shape.iter().map(|d| d.resolve(dims)).collect())
+}
+
+/// The graph-cache key: the structure of a traced graph as a token string, with its hash
+/// precomputed. Equal structure gives equal keys, in any thread.
+///
+/// ```
+/// use kiln_ir::{build, trace, BinaryOp, HostData, Scalar, Shape};
+/// let key = |n: usize, s: f64| {
+///     let a = build::data(HostData::from(vec![1.0f32; n * 4]), Shape::from([n, 4])).unwrap();
+///     let y = build::binary_scalar(BinaryOp::Mul, &a, Scalar::Float(s), false).unwrap();
+///     trace(&[&y], false).key
+/// };
+/// assert_eq!(key(12, 0.5), key(7, 2.5));   // new batch size, new scalar: same key
+/// assert_ne!(key(12, 0.5), key(1, 0.5));   // a size-1 dimension changes broadcasting
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Key {
+    hash: u64,
+    tokens: Vec<u64>,
+}
+
+impl Key {
+    /// The precomputed 64-bit hash (FNV-1a over the tokens; stable across runs).
+    ///
+    /// ```
+    /// # use kiln_ir::{build, trace, HostData, Shape};
+    /// let a = build::data(HostData::from(vec![1i32]), Shape::from([1])).unwrap();
+    /// assert_eq!(trace(&[&a], false).key.hash(), trace(&[&a], false).key.hash());
+    /// ```
+    pub fn hash(&self) -> u64 {
+        self.hash
+    }
+
+    /// The token string.
+    ///
+    /// ```
+    /// # use kiln_ir::{build, trace, HostData, Shape};
+    /// let a = build::data(HostData::from(vec![1i32]), Shape::from([1])).unwrap();
+    /// assert!(!trace(&[&a], false).key.tokens().is_empty());
+    /// ```
+    pub fn tokens(&self) -> &[u64] {
+        &self.tokens
+    }
+}
+
+impl Hash for Key {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+/// The values a traced graph runs with: everything that is *not* in its [`Key`].
+///
+/// ```
+/// use kiln_ir::{build, trace, BinaryOp, HostData, Scalar, Shape};
+/// let a = build::data(HostData::from(vec![1.0f32; 6]), Shape::from([2, 3])).unwrap();
+/// let y = build::binary_scalar(BinaryOp::Add, &a, Scalar::Float(0.5), false).unwrap();
+/// let b = trace(&[&y], false).bindings;
+/// assert_eq!(b.params.len(), 1);
+/// assert_eq!(b.scalars, vec![Scalar::Float(0.5)]);
+/// assert_eq!(b.dims, vec![2, 3]);
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct Bindings {
+    /// Input data, by parameter number.
+    pub params: Vec<HostData>,
+    /// Scalar values, by scalar number (already converted to each node's dtype).
+    pub scalars: Vec<Scalar>,
+    /// Random seeds, by random-node number.
+    pub seeds: Vec<u64>,
+    /// Dimension sizes, by symbol.
+    pub dims: Vec<usize>,
+}
+
+/// A node of a traced graph, in post-order (operands first).
+#[derive(Clone, Debug)]
+pub struct TracedNode {
+    /// The op (`Op::Param(i)` for nodes with a value).
+    pub op: Op,
+    /// The dtype.
+    pub dtype: DType,
+    /// The concrete shape.
+    pub shape: Shape,
+    /// The relative shape.
+    pub sym: SymShape,
+    /// Operand positions in the traced list.
+    pub inputs: SmallVec<[u32; 2]>,
+    /// For `Param`, `Scalar` and `Random` nodes: the index into the matching `Bindings` list.
+    pub binding: Option<u32>,
+}
+
+/// What [`trace`] returns.
+#[derive(Clone, Debug)]
+pub struct Trace {
+    /// The structural key.
+    pub key: Key,
+    /// The run-time values.
+    pub bindings: Bindings,
+    /// The nodes, if requested.
+    pub nodes: Vec<TracedNode>,
+    /// Positions of the roots in `nodes` order (also valid when `nodes` was not requested).
+    pub outputs: Vec<u32>,
+}
+
+/// Scalar value classes that enter the key (see the module docs).
+fn scalar_class(s: Scalar) -> u64 {
+    match s {
+        Scalar::Float(x) if x == 0.0 && x.is_sign_negative() => 1,
+        Scalar::Float(x) if x == 0.0 => 2,
+        Scalar::Float(x) if x == 1.0 => 3,
+        Scalar::Int(0) | Scalar::Bool(false) => 2,
+        Scalar::Int(1) | Scalar::Bool(true) => 3,
+        _ => 0,
+    }
+}
+
+/// The class of a scalar value as the key sees it: `Some(v)` for the values the compiler may
+/// simplify on (`-0.0`, `0`, `1`), `None` for any other value.
+///
+/// ```
+/// use kiln_ir::{Scalar, scalar_key_value};
+/// assert_eq!(scalar_key_value(Scalar::Float(1.0)), Some(1.0));
+/// assert_eq!(scalar_key_value(Scalar::Float(0.3)), None);
+/// ```
+pub fn scalar_key_value(s: Scalar) -> Option<f64> {
+    match scalar_class(s) {
+        1 => Some(-0.0),
+        2 => Some(0.0),
+        3 => Some(1.0),
+        _ => None,
+    }
+}
+
+fn dtype_code(d: DType) -> u64 {
+    d as u64
+}
+
+/// Appends the op's structural tokens: its kind and its attributes, never its values.
+fn op_tokens(op: &Op, t: &mut Vec<u64>) {
+    use Op::*;
+    let (code, extra): (u64, &[u64]) = match op {
+        Param(_) => (1, &[]),
+        Data => (2, &[]),
+        Scalar(_) => (3, &[]),
+        Iota { .. } => (4, &[]),
+        Random { .. } => (5, &[]),
+        Unary(_) => (6, &[]),
+        Binary(_) => (7, &[]),
+        Where => (8, &[]),
+        Cast => (9, &[]),
+        Reshape => (10, &[]),
+        Permute(_) => (11, &[]),
+        BroadcastTo => (12, &[]),
+        Slice { .. } => (13, &[]),
+        Concat { .. } => (14, &[]),
+        Reduce { .. } => (15, &[]),
+        ArgReduce { .. } => (16, &[]),
+        MatMul => (17, &[]),
+        Take { .. } => (18, &[]),
+        TopK { .. } => (19, &[]),
+    };
+    t.push(code);
+    t.extend_from_slice(extra);
+    match op {
+        Scalar(s) => t.push(scalar_class(*s)),
+        Iota { axis } | Concat { axis } | Take { axis } => t.push(*axis as u64),
+        Random { dist, .. } => t.push(*dist as u64),
+        Unary(u) => t.push(*u as u64),
+        Binary(b) => t.push(*b as u64),
+        Permute(p) => {
+            t.push(p.len() as u64);
+            t.extend(p.iter().map(|&a| a as u64));
+        }
+        Slice { start, step } => {
+            t.push(start.len() as u64);
+            t.extend(start.iter().map(|&a| a as u64));
+            t.extend(step.iter().map(|&a| a as u64));
+        }
+        Reduce { op, axes } => {
+            t.push(*op as u64);
+            t.push(axes.len() as u64);
+            t.extend(axes.iter().map(|&a| a as u64));
+        }
+        ArgReduce { op, axis } => {
+            t.push(*op as u64);
+            t.push(*axis as u64);
+        }
+        TopK { k, indices } => {
+            t.push(*k as u64);
+            t.push(*indices as u64);
+        }
+        _ => {}
+    }
+}
+
+fn fnv(tokens: &[u64]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &t in tokens {
+        h ^= t;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        h ^= h >> 29;
+    }
+    h
+}
+
+/// Traces everything `roots` depend on, depth-first from the roots in order, operands before
+/// users. Nodes with a value become parameters, numbered in first-visit order. With
+/// `with_nodes`, the node list is recorded too (for compiling); the key and bindings are the
+/// same either way. Iterative: deep graphs do not overflow the stack.
+///
+/// ```
+/// use kiln_ir::{build, trace, BinaryOp, HostData, Shape};
+/// let a = build::data(HostData::from(vec![1.0f32, 2.0]), Shape::from([2])).unwrap();
+/// let y = build::binary(BinaryOp::Mul, &a, &a).unwrap();
+/// let t = trace(&[&y, &a], true);
+/// assert_eq!(t.nodes.len(), 2);
+/// assert_eq!(t.outputs, vec![1, 0]);
+/// ```
+pub fn trace(roots: &[&NodeRef], with_nodes: bool) -> Trace {
+    let mut tokens: Vec<u64> = Vec::with_capacity(64);
+    let mut bindings = Bindings::default();
+    let mut nodes: Vec<TracedNode> = Vec::new();
+    let mut seen: hashbrown::HashMap<*const Node, u32> = hashbrown::HashMap::new();
+    let mut outputs = Vec::with_capacity(roots.len());
+    let mut count: u32 = 0;
+    let mut sym_values: Vec<usize> = Vec::new();
+    // (node, operands once expanded)
+    let mut stack: Vec<(NodeRef, Option<SmallVec<[NodeRef; 2]>>)> = Vec::new();
+    for root in roots {
+        stack.push(((*root).clone(), None));
+        while let Some((node, inputs)) = stack.pop() {
+            let key = Arc::as_ptr(&node);
+            if seen.contains_key(&key) {
+                continue;
+            }
+            let value = node.value();
+            let ins = match (value, inputs) {
+                (None, None) => {
+                    let ins = node.inputs();
+                    let pending: SmallVec<[NodeRef; 2]> = ins
+                        .iter()
+                        .rev()
+                        .filter(|i| !seen.contains_key(&Arc::as_ptr(i)))
+                        .cloned()
+                        .collect();
+                    stack.push((node, Some(ins)));
+                    for i in pending {
+                        stack.push((i, None));
+                    }
+                    continue;
+                }
+                (None, Some(ins)) => ins,
+                (Some(_), _) => SmallVec::new(),
+            };
+            // Emit the node.
+            let (op, binding) = match value {
+                Some(v) => {
+                    bindings.params.push(v.clone());
+                    let i = bindings.params.len() as u32 - 1;
+                    (Op::Param(i), Some(i))
+                }
+                None => match node.op() {
+                    Op::Scalar(s) => {
+                        bindings.scalars.push(*s);
+                        (node.op().clone(), Some(bindings.scalars.len() as u32 - 1))
+                    }
+                    Op::Random { seed, .. } => {
+                        bindings.seeds.push(*seed);
+                        (node.op().clone(), Some(bindings.seeds.len() as u32 - 1))
+                    }
+                    other => (other.clone(), None),
+                },
+            };
+            op_tokens(&op, &mut tokens);
+            tokens.push(dtype_code(node.dtype()));
+            tokens.push(node.shape().rank() as u64);
+            let mut sym: SymShape = SmallVec::new();
+            for &d in node.shape().dims() {
+                let dim = if d <= 1 {
+                    Dim::Const(d)
+                } else {
+                    match sym_values.iter().position(|&v| v == d) {
+                        Some(p) => Dim::Sym(p as u32),
+                        None => {
+                            sym_values.push(d);
+                            Dim::Sym(sym_values.len() as u32 - 1)
+                        }
+                    }
+                };
+                tokens.push(dim.code());
+                sym.push(dim);
+            }
+            tokens.push(ins.len() as u64);
+            let mut in_idx: SmallVec<[u32; 2]> = SmallVec::new();
+            for i in &ins {
+                let p = seen[&Arc::as_ptr(i)];
+                tokens.push(p as u64);
+                in_idx.push(p);
+            }
+            if with_nodes {
+                nodes.push(TracedNode {
+                    op,
+                    dtype: node.dtype(),
+                    shape: node.shape().clone(),
+                    sym,
+                    inputs: in_idx,
+                    binding,
+                });
+            }
+            seen.insert(key, count);
+            count += 1;
+        }
+        let o = seen[&Arc::as_ptr(root)];
+        outputs.push(o);
+        tokens.push(u64::MAX);
+        tokens.push(o as u64);
+    }
+    bindings.dims = sym_values;
+    let hash = fnv(&tokens);
+    Trace {
+        key: Key { hash, tokens },
+        bindings,
+        nodes,
+        outputs,
+    }
+}
