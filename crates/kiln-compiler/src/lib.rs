@@ -7,6 +7,14 @@
 //!
 //! Depends on `kiln-ir` only; knows nothing of SIMD, WGSL or any backend type.
 
+pub mod backend;
+pub mod plan;
+
+pub use backend::{eval_prelude, run, Arg, Backend, Launch};
+pub use plan::{
+    BufferDesc, Input, Inst, InstOp, Kernel, KernelKind, OutputRef, Plan, Program, Slot, Source, Strided, View, ViewOp,
+};
+
 use kiln_ir::{HostData, LazyExpr, Result};
 
 /// Something that evaluates a [`LazyExpr`]: a backend, or the reference interpreter.

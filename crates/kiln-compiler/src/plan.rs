@@ -1,0 +1,402 @@
+//! The backend-neutral [`Plan`]: kernels over numbered buffer slots, with every size given as
+//! a relative shape ([`Dim`]) so one plan serves every binding of its graph-cache key.
+//!
+//! This is the contract between the compiler and the backends. A backend executes a plan's
+//! kernels in order; the compiler guarantees the invariants written on each type. Depends on
+//! `kiln-ir` only.
+
+use kiln_ir::{
+    resolve_shape, ArgReduceOp, Axes, BinaryOp, DType, Dim, Distribution, ReduceOp, Shape, SymShape, UnaryOp,
+};
+use smallvec::SmallVec;
+
+/// Where a kernel input's elements come from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Source {
+    /// Input data `Bindings::params[i]`, contiguous, read-only.
+    Param(u32),
+    /// Plan slot `i` (a value a previous kernel wrote), contiguous.
+    Slot(u32),
+    /// Virtual: element at linear index `l` of the view's base shape is the coordinate along
+    /// `axis` of `l` (row-major), in the input's dtype.
+    Iota {
+        /// The axis.
+        axis: usize,
+    },
+    /// Virtual: element at linear index `l` of the base shape is
+    /// `kiln_ir::random::{uniform, uniform_f32, normal}(seeds[seed], l)` in the input's dtype
+    /// (`uniform_f32` for an f32 uniform stream, as the reference evaluator does).
+    Random {
+        /// The distribution.
+        dist: Distribution,
+        /// Index into `Bindings::seeds`.
+        seed: u32,
+    },
+}
+
+/// One movement step of a [`View`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum ViewOp {
+    /// New shape over the same elements. The compiler emits it only where it is a pure
+    /// stride computation: the view is contiguous at that point, or only size-1 dimensions
+    /// are inserted or removed.
+    Reshape(SymShape),
+    /// Output axis `i` is axis `perm[i]`.
+    Permute(Axes),
+    /// Size-1 dimensions repeated to the given shape (same rank): stride 0.
+    Broadcast(SymShape),
+    /// Per axis: element `j` is element `start + j * step`; the result has `shape`.
+    Slice {
+        /// First index per axis.
+        start: SmallVec<[i64; 4]>,
+        /// Step per axis.
+        step: SmallVec<[i64; 4]>,
+        /// Resulting shape.
+        shape: SymShape,
+    },
+}
+
+/// A strided window onto a source: the source's contiguous `base` shape, then movement ops.
+#[derive(Clone, Debug, PartialEq)]
+pub struct View {
+    /// The source's own shape (row-major, contiguous).
+    pub base: SymShape,
+    /// Movement ops applied in order.
+    pub ops: SmallVec<[ViewOp; 2]>,
+}
+
+/// A view resolved for concrete sizes: element at multi-index `i` is at linear position
+/// `offset + Σ i[k] * strides[k]` of the source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Strided {
+    /// The view's shape.
+    pub shape: Shape,
+    /// Element strides (0 for broadcast dimensions; may be negative).
+    pub strides: SmallVec<[isize; 4]>,
+    /// Element offset of index `[0, ..., 0]`.
+    pub offset: isize,
+}
+
+impl Strided {
+    /// A contiguous row-major view of `shape`.
+    ///
+    /// ```
+    /// let s = kiln_compiler::Strided::contiguous(kiln_ir::Shape::from([2, 3]));
+    /// assert_eq!(&s.strides[..], &[3, 1]);
+    /// ```
+    pub fn contiguous(shape: Shape) -> Strided {
+        let strides = shape.strides().into_iter().map(|s| s as isize).collect();
+        Strided { shape, strides, offset: 0 }
+    }
+
+    /// Whether the view is the contiguous row-major layout of its shape at offset 0
+    /// (size-1 dimensions may have any stride).
+    ///
+    /// ```
+    /// use kiln_compiler::Strided;
+    /// assert!(Strided::contiguous(kiln_ir::Shape::from([4, 5])).is_contiguous());
+    /// ```
+    pub fn is_contiguous(&self) -> bool {
+        if self.offset != 0 {
+            return false;
+        }
+        let mut acc = 1isize;
+        for k in (0..self.shape.rank()).rev() {
+            let d = self.shape.0[k];
+            if d != 1 && self.strides[k] != acc {
+                return false;
+            }
+            acc *= d as isize;
+        }
+        true
+    }
+}
+
+impl View {
+    /// The identity view of a contiguous source of `shape`.
+    ///
+    /// ```
+    /// use kiln_ir::Dim;
+    /// let v = kiln_compiler::View::identity([Dim::Sym(0)].into_iter().collect());
+    /// assert!(v.ops.is_empty());
+    /// ```
+    pub fn identity(base: SymShape) -> View {
+        View { base, ops: SmallVec::new() }
+    }
+
+    /// The view's resulting relative shape.
+    ///
+    /// ```
+    /// use kiln_ir::Dim;
+    /// let v = kiln_compiler::View::identity([Dim::Sym(0), Dim::Const(1)].into_iter().collect());
+    /// assert_eq!(v.shape().len(), 2);
+    /// ```
+    pub fn shape(&self) -> SymShape {
+        let mut s = self.base.clone();
+        for op in &self.ops {
+            s = match op {
+                ViewOp::Reshape(t) | ViewOp::Broadcast(t) | ViewOp::Slice { shape: t, .. } => t.clone(),
+                ViewOp::Permute(p) => p.iter().map(|&a| s[a]).collect(),
+            };
+        }
+        s
+    }
+
+    /// Resolves the view for the symbol values `dims`.
+    ///
+    /// ```
+    /// use kiln_compiler::{View, ViewOp};
+    /// use kiln_ir::Dim;
+    /// let mut v = View::identity([Dim::Sym(0), Dim::Sym(1)].into_iter().collect());
+    /// v.ops.push(ViewOp::Permute([1, 0].into_iter().collect()));
+    /// let r = v.resolve(&[2, 3]);
+    /// assert_eq!(r.shape.dims(), &[3, 2]);
+    /// assert_eq!(&r.strides[..], &[1, 3]);
+    /// ```
+    pub fn resolve(&self, dims: &[usize]) -> Strided {
+        let mut v = Strided::contiguous(resolve_shape(&self.base, dims));
+        for op in &self.ops {
+            match op {
+                ViewOp::Reshape(t) => {
+                    let target = resolve_shape(t, dims);
+                    v = if v.is_contiguous() {
+                        Strided { offset: v.offset, ..Strided::contiguous(target) }
+                    } else {
+                        // Only size-1 dimensions differ: keep the strides of the others.
+                        let kept: Vec<isize> =
+                            v.shape.dims().iter().zip(&v.strides).filter(|(d, _)| **d != 1).map(|(_, s)| *s).collect();
+                        let mut it = kept.into_iter();
+                        let strides = target.dims().iter().map(|&d| if d == 1 { 0 } else { it.next().unwrap_or(0) }).collect();
+                        Strided { shape: target, strides, offset: v.offset }
+                    };
+                }
+                ViewOp::Permute(p) => {
+                    v = Strided {
+                        shape: kiln_ir::Shape(p.iter().map(|&a| v.shape.0[a]).collect()),
+                        strides: p.iter().map(|&a| v.strides[a]).collect(),
+                        offset: v.offset,
+                    };
+                }
+                ViewOp::Broadcast(t) => {
+                    let target = resolve_shape(t, dims);
+                    let strides =
+                        (0..target.rank()).map(|k| if v.shape.0[k] == 1 && target.0[k] != 1 { 0 } else { v.strides[k] }).collect();
+                    v = Strided { shape: target, strides, offset: v.offset };
+                }
+                ViewOp::Slice { start, step, shape } => {
+                    let target = resolve_shape(shape, dims);
+                    let mut offset = v.offset;
+                    let mut strides = SmallVec::new();
+                    for k in 0..target.rank() {
+                        if target.0[k] > 0 {
+                            offset += start[k] as isize * v.strides[k];
+                        }
+                        strides.push(v.strides[k] * step[k] as isize);
+                    }
+                    v = Strided { shape: target, strides, offset };
+                }
+            }
+        }
+        v
+    }
+}
+
+/// A kernel input: a source read through a view.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Input {
+    /// Where the elements live.
+    pub source: Source,
+    /// Their dtype.
+    pub dtype: DType,
+    /// How the kernel indexes them (see [`KernelKind`] for the index space of each kind).
+    pub view: View,
+}
+
+/// One instruction of a [`Program`]; instruction `i` defines value `i`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum InstOp {
+    /// The element of kernel input `i` at the current position.
+    Load(u32),
+    /// Entry `i` of the run-time scalar table (`Bindings::scalars`, then the prelude's
+    /// results), converted to the instruction's dtype.
+    Scalar(u32),
+    /// The accumulated value (matmul epilogues only).
+    Acc,
+    /// Elementwise unary op of value `x`.
+    Unary(UnaryOp, u32),
+    /// Elementwise binary op of values `a` and `b` (equal dtypes).
+    Binary(BinaryOp, u32, u32),
+    /// `c ? a : b` (c is bool).
+    Where(u32, u32, u32),
+    /// Conversion of value `x` to the instruction's dtype (rules of `kiln_ir::Op::Cast`).
+    Cast(u32),
+}
+
+/// An instruction with its result dtype.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Inst {
+    /// The operation.
+    pub op: InstOp,
+    /// The result's dtype.
+    pub dtype: DType,
+}
+
+/// A straight-line elementwise program. Semantics per op are those of
+/// `kiln_reference::{unary, binary}` (the oracle): ops compute at the dtype's precision.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Program {
+    /// Instructions in order; operands refer to earlier instructions.
+    pub insts: Vec<Inst>,
+    /// The values the program produces, by result position.
+    pub results: SmallVec<[u32; 1]>,
+}
+
+/// What a kernel computes. The *index space* of a kernel is its `space` shape.
+#[derive(Clone, Debug, PartialEq)]
+pub enum KernelKind {
+    /// For every position of `space`, evaluates `program` (inputs viewed over `space`) and
+    /// writes result `j` to output `j` (contiguous, shape `space`).
+    Elementwise {
+        /// The fused program.
+        program: Program,
+    },
+    /// Evaluates `program` over `space` (inputs viewed over `space`) and reduces result 0
+    /// over `axes` into output 0: `space` with `axes` set to 1, contiguous. Sums and products
+    /// of floats should accumulate at least as accurately as pairwise summation; integers
+    /// wrap; `max`/`min` propagate NaN.
+    Reduce {
+        /// The prologue producing the values to reduce.
+        program: Program,
+        /// The reduction.
+        op: ReduceOp,
+        /// Reduced axes of `space`.
+        axes: Axes,
+    },
+    /// Like `Reduce`, but output 0 (`i64`) holds the index along `axis` of the first maximum
+    /// or minimum (NaN counts as the extremum).
+    ArgReduce {
+        /// The prologue.
+        program: Program,
+        /// The reduction.
+        op: ArgReduceOp,
+        /// The axis.
+        axis: usize,
+    },
+    /// `inputs[0]` is `a` viewed as `[.., m, k]`, `inputs[1]` is `b` viewed as `[.., k, n]`
+    /// (equal batch dimensions), `space` is the output `[.., m, n]`. Without an epilogue,
+    /// output 0 is the product; with one, the epilogue runs over `space` with `Acc` the
+    /// product and `Load(i)` reading `inputs[i]` (i ≥ 2) viewed over `space`, and output 0
+    /// is its result 0. Floats accumulate at least at their own precision.
+    MatMul {
+        /// Fused elementwise consumers of the product.
+        epilogue: Option<Program>,
+    },
+    /// Gather: `inputs[0]` is the table (viewed over its own shape), `inputs[1]` the integer
+    /// indices (viewed over their own shape); output 0 has shape `space`. An index outside
+    /// `-n..n` is `kiln_ir::Error::IndexOutOfRange`.
+    Take {
+        /// The axis of the table.
+        axis: usize,
+    },
+    /// Top-k along the last axis of `inputs[0]` (viewed over its own shape), descending, ties
+    /// to the lower index, NaN largest. `indices[j]` says whether output `j` receives the
+    /// `i64` indices (true) or the values (false). `space` is the output shape.
+    TopK {
+        /// How many.
+        k: usize,
+        /// Per output: indices (true) or values (false).
+        indices: SmallVec<[bool; 2]>,
+    },
+    /// Concatenation of all inputs (each viewed over its own shape) along `axis` into output
+    /// 0 of shape `space`.
+    Concat {
+        /// The axis.
+        axis: usize,
+    },
+}
+
+/// One step of a plan.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Kernel {
+    /// What it computes.
+    pub kind: KernelKind,
+    /// Its index space (see [`KernelKind`]).
+    pub space: SymShape,
+    /// Its inputs.
+    pub inputs: Vec<Input>,
+    /// The slots it writes, in result order.
+    pub outputs: SmallVec<[u32; 1]>,
+}
+
+/// A value a kernel writes: contiguous, row-major.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Slot {
+    /// Element type.
+    pub dtype: DType,
+    /// Relative shape.
+    pub shape: SymShape,
+    /// The buffer holding it (see [`Plan::buffers`]).
+    pub buffer: u32,
+}
+
+/// A memory buffer of the plan: it hosts slots whose lifetimes do not overlap (or one slot
+/// written in place over another that dies at that kernel). All its slots share its dtype;
+/// its length is the largest of theirs for the bound sizes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BufferDesc {
+    /// Element type.
+    pub dtype: DType,
+    /// The slots it hosts.
+    pub slots: Vec<u32>,
+    /// True if it holds a plan output (handed to the caller, never reused).
+    pub output: bool,
+    /// Index of the kernel after which the buffer is no longer read (for early release).
+    pub last_use: usize,
+}
+
+/// Where a plan output comes from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum OutputRef {
+    /// A slot (contiguous, exactly the output's shape).
+    Slot(u32),
+    /// An input, returned unchanged.
+    Param(u32),
+}
+
+/// The compiled form of a graph: kernels in execution order over slots and buffers.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Plan {
+    /// Host-side scalar folding evaluated before the kernels: its results extend the scalar
+    /// table after `Bindings::scalars`. Only `Scalar`, `Unary`, `Binary`, `Where`, `Cast`.
+    pub prelude: Program,
+    /// The kernels, in order.
+    pub kernels: Vec<Kernel>,
+    /// The slots.
+    pub slots: Vec<Slot>,
+    /// The buffers.
+    pub buffers: Vec<BufferDesc>,
+    /// The outputs, in request order.
+    pub outputs: Vec<OutputRef>,
+}
+
+impl Plan {
+    /// The concrete shape of slot `s` for the symbol values `dims`.
+    ///
+    /// ```
+    /// let p = kiln_compiler::Plan::default();
+    /// assert!(p.kernels.is_empty());
+    /// ```
+    pub fn slot_shape(&self, s: u32, dims: &[usize]) -> Shape {
+        resolve_shape(&self.slots[s as usize].shape, dims)
+    }
+}
+
+/// Helper for building relative shapes in tests and docs.
+///
+/// ```
+/// let s = kiln_compiler::plan::sym(&[Some(0), None]);
+/// assert_eq!(s[1], kiln_ir::Dim::Const(1));
+/// ```
+pub fn sym(dims: &[Option<u32>]) -> SymShape {
+    dims.iter().map(|d| d.map_or(Dim::Const(1), Dim::Sym)).collect()
+}
