@@ -89,8 +89,13 @@ pub fn eval_prelude(prelude: &Program, table: &mut Vec<Scalar>) -> Result<()> {
         let ty = |i: u32| prelude.insts[i as usize].dtype;
         let v = match inst.op {
             InstOp::Scalar(i) => table[i as usize].cast(inst.dtype),
-            InstOp::Unary(op, x) => kiln_reference::unary(op, ty(x), vals[x as usize]).cast(inst.dtype),
-            InstOp::Binary(op, a, b) => kiln_reference::binary(op, ty(a), vals[a as usize], vals[b as usize])?.cast(inst.dtype),
+            InstOp::Unary(op, x) => {
+                kiln_reference::unary(op, ty(x), vals[x as usize]).cast(inst.dtype)
+            }
+            InstOp::Binary(op, a, b) => {
+                kiln_reference::binary(op, ty(a), vals[a as usize], vals[b as usize])?
+                    .cast(inst.dtype)
+            }
             InstOp::Where(c, a, b) => {
                 if vals[c as usize].as_bool() {
                     vals[a as usize]
@@ -132,7 +137,9 @@ pub fn run<B: Backend>(backend: &B, plan: &Plan, bindings: &Bindings) -> Result<
                         continue;
                     }
                     let slot = &plan.slots[*s as usize];
-                    let b = bufs[slot.buffer as usize].take().expect("output buffer was written");
+                    let b = bufs[slot.buffer as usize]
+                        .take()
+                        .expect("output buffer was written");
                     let len = resolve_shape(&slot.shape, dims).numel();
                     done.push((*s, out.len()));
                     out.push(backend.download(b, slot.dtype, len)?);
@@ -169,32 +176,52 @@ fn run_kernels<B: Backend>(
             }
         }
         // Take (or allocate) the output buffers.
-        let out_bufs: Vec<u32> = kernel.outputs.iter().map(|&s| plan.slots[s as usize].buffer).collect();
+        let out_bufs: Vec<u32> = kernel
+            .outputs
+            .iter()
+            .map(|&s| plan.slots[s as usize].buffer)
+            .collect();
         let mut outs: Vec<B::Buffer> = Vec::with_capacity(out_bufs.len());
         for &b in &out_bufs {
             let desc = &plan.buffers[b as usize];
             let buf = match bufs[b as usize].take() {
                 Some(buf) => buf,
                 None => {
-                    let len = desc.slots.iter().map(|&s| plan.slot_shape(s, dims).numel()).max().unwrap_or(0);
+                    let len = desc
+                        .slots
+                        .iter()
+                        .map(|&s| plan.slot_shape(s, dims).numel())
+                        .max()
+                        .unwrap_or(0);
                     backend.allocate(desc.dtype, len)?
                 }
             };
             outs.push(buf);
         }
         let views: Vec<Strided> = kernel.inputs.iter().map(|i| i.view.resolve(dims)).collect();
-        let launch = Launch { space: resolve_shape(&kernel.space, dims), views, scalars, seeds: &bindings.seeds };
+        let launch = Launch {
+            space: resolve_shape(&kernel.space, dims),
+            views,
+            scalars,
+            seeds: &bindings.seeds,
+        };
         let result = {
             let args: Vec<Arg<'_, B::Buffer>> = kernel
                 .inputs
                 .iter()
                 .map(|i| match i.source {
-                    Source::Param(p) => Arg::Buffer(params[p as usize].as_ref().expect("uploaded above")),
+                    Source::Param(p) => {
+                        Arg::Buffer(params[p as usize].as_ref().expect("uploaded above"))
+                    }
                     Source::Slot(s) => {
                         let b = plan.slots[s as usize].buffer;
                         match out_bufs.iter().position(|&o| o == b) {
                             Some(j) => Arg::Output(j),
-                            None => Arg::Buffer(bufs[b as usize].as_ref().expect("slot written by an earlier kernel")),
+                            None => Arg::Buffer(
+                                bufs[b as usize]
+                                    .as_ref()
+                                    .expect("slot written by an earlier kernel"),
+                            ),
                         }
                     }
                     Source::Iota { .. } | Source::Random { .. } => Arg::Virtual,

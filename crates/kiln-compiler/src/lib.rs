@@ -8,11 +8,25 @@
 //! Depends on `kiln-ir` only; knows nothing of SIMD, WGSL or any backend type.
 
 pub mod backend;
+pub mod cache;
+pub mod compile;
+pub mod engine;
+pub mod fuse;
+pub mod graph;
+pub mod inspect;
+pub mod memory;
 pub mod plan;
+pub mod rewrite;
 
 pub use backend::{eval_prelude, run, Arg, Backend, Launch};
+pub use cache::{CacheStats, GraphCache, MissReason, MissRecord};
+pub use compile::{compile, Compiled};
+pub use engine::{Engine, DEFAULT_CAPACITY};
+pub use graph::{GNode, Graph};
+pub use inspect::{KernelReport, Report};
 pub use plan::{
-    BufferDesc, Input, Inst, InstOp, Kernel, KernelKind, OutputRef, Plan, Program, Slot, Source, Strided, View, ViewOp,
+    BufferDesc, Input, Inst, InstOp, Kernel, KernelKind, OutputRef, Plan, Program, Slot, Source,
+    Strided, View, ViewOp,
 };
 
 use kiln_ir::{HostData, LazyExpr, Result};

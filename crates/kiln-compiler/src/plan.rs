@@ -6,7 +6,8 @@
 //! `kiln-ir` only.
 
 use kiln_ir::{
-    resolve_shape, ArgReduceOp, Axes, BinaryOp, DType, Dim, Distribution, ReduceOp, Shape, SymShape, UnaryOp,
+    resolve_shape, ArgReduceOp, Axes, BinaryOp, DType, Dim, Distribution, ReduceOp, Shape,
+    SymShape, UnaryOp,
 };
 use smallvec::SmallVec;
 
@@ -86,7 +87,11 @@ impl Strided {
     /// ```
     pub fn contiguous(shape: Shape) -> Strided {
         let strides = shape.strides().into_iter().map(|s| s as isize).collect();
-        Strided { shape, strides, offset: 0 }
+        Strided {
+            shape,
+            strides,
+            offset: 0,
+        }
     }
 
     /// Whether the view is the contiguous row-major layout of its shape at offset 0
@@ -121,7 +126,10 @@ impl View {
     /// assert!(v.ops.is_empty());
     /// ```
     pub fn identity(base: SymShape) -> View {
-        View { base, ops: SmallVec::new() }
+        View {
+            base,
+            ops: SmallVec::new(),
+        }
     }
 
     /// The view's resulting relative shape.
@@ -135,7 +143,9 @@ impl View {
         let mut s = self.base.clone();
         for op in &self.ops {
             s = match op {
-                ViewOp::Reshape(t) | ViewOp::Broadcast(t) | ViewOp::Slice { shape: t, .. } => t.clone(),
+                ViewOp::Reshape(t) | ViewOp::Broadcast(t) | ViewOp::Slice { shape: t, .. } => {
+                    t.clone()
+                }
                 ViewOp::Permute(p) => p.iter().map(|&a| s[a]).collect(),
             };
         }
@@ -160,14 +170,31 @@ impl View {
                 ViewOp::Reshape(t) => {
                     let target = resolve_shape(t, dims);
                     v = if v.is_contiguous() {
-                        Strided { offset: v.offset, ..Strided::contiguous(target) }
+                        Strided {
+                            offset: v.offset,
+                            ..Strided::contiguous(target)
+                        }
                     } else {
                         // Only size-1 dimensions differ: keep the strides of the others.
-                        let kept: Vec<isize> =
-                            v.shape.dims().iter().zip(&v.strides).filter(|(d, _)| **d != 1).map(|(_, s)| *s).collect();
+                        let kept: Vec<isize> = v
+                            .shape
+                            .dims()
+                            .iter()
+                            .zip(&v.strides)
+                            .filter(|(d, _)| **d != 1)
+                            .map(|(_, s)| *s)
+                            .collect();
                         let mut it = kept.into_iter();
-                        let strides = target.dims().iter().map(|&d| if d == 1 { 0 } else { it.next().unwrap_or(0) }).collect();
-                        Strided { shape: target, strides, offset: v.offset }
+                        let strides = target
+                            .dims()
+                            .iter()
+                            .map(|&d| if d == 1 { 0 } else { it.next().unwrap_or(0) })
+                            .collect();
+                        Strided {
+                            shape: target,
+                            strides,
+                            offset: v.offset,
+                        }
                     };
                 }
                 ViewOp::Permute(p) => {
@@ -179,9 +206,20 @@ impl View {
                 }
                 ViewOp::Broadcast(t) => {
                     let target = resolve_shape(t, dims);
-                    let strides =
-                        (0..target.rank()).map(|k| if v.shape.0[k] == 1 && target.0[k] != 1 { 0 } else { v.strides[k] }).collect();
-                    v = Strided { shape: target, strides, offset: v.offset };
+                    let strides = (0..target.rank())
+                        .map(|k| {
+                            if v.shape.0[k] == 1 && target.0[k] != 1 {
+                                0
+                            } else {
+                                v.strides[k]
+                            }
+                        })
+                        .collect();
+                    v = Strided {
+                        shape: target,
+                        strides,
+                        offset: v.offset,
+                    };
                 }
                 ViewOp::Slice { start, step, shape } => {
                     let target = resolve_shape(shape, dims);
@@ -193,7 +231,11 @@ impl View {
                         }
                         strides.push(v.strides[k] * step[k] as isize);
                     }
-                    v = Strided { shape: target, strides, offset };
+                    v = Strided {
+                        shape: target,
+                        strides,
+                        offset,
+                    };
                 }
             }
         }
@@ -398,5 +440,7 @@ impl Plan {
 /// assert_eq!(s[1], kiln_ir::Dim::Const(1));
 /// ```
 pub fn sym(dims: &[Option<u32>]) -> SymShape {
-    dims.iter().map(|d| d.map_or(Dim::Const(1), Dim::Sym)).collect()
+    dims.iter()
+        .map(|d| d.map_or(Dim::Const(1), Dim::Sym))
+        .collect()
 }

@@ -87,6 +87,7 @@ pub fn resolve_shape(shape: &[Dim], dims: &[usize]) -> Shape {
 pub struct Key {
     hash: u64,
     tokens: Vec<u64>,
+    layers: [u64; 4],
 }
 
 impl Key {
@@ -110,6 +111,22 @@ impl Key {
     /// ```
     pub fn tokens(&self) -> &[u64] {
         &self.tokens
+    }
+
+    /// Coarser fingerprints, each including the previous: `[ops and wiring, + scalar
+    /// classes, + dtypes, + ranks]`. The full key adds the relative sizes. Used to explain a
+    /// cache miss.
+    ///
+    /// ```
+    /// # use kiln_ir::{build, trace, HostData, Shape};
+    /// let a = build::data(HostData::from(vec![1i32; 4]), Shape::from([4])).unwrap();
+    /// let b = build::data(HostData::from(vec![1i32; 5]), Shape::from([5, 1])).unwrap();
+    /// let (ka, kb) = (trace(&[&a], false).key, trace(&[&b], false).key);
+    /// assert_eq!(ka.layers()[2], kb.layers()[2]); // same ops and dtypes
+    /// assert_ne!(ka.layers()[3], kb.layers()[3]); // different ranks
+    /// ```
+    pub fn layers(&self) -> [u64; 4] {
+        self.layers
     }
 }
 
@@ -232,7 +249,6 @@ fn op_tokens(op: &Op, t: &mut Vec<u64>) {
     t.push(code);
     t.extend_from_slice(extra);
     match op {
-        Scalar(s) => t.push(scalar_class(*s)),
         Iota { axis } | Concat { axis } | Take { axis } => t.push(*axis as u64),
         Random { dist, .. } => t.push(*dist as u64),
         Unary(u) => t.push(*u as u64),
@@ -263,14 +279,27 @@ fn op_tokens(op: &Op, t: &mut Vec<u64>) {
     }
 }
 
+fn fnv_step(h: u64, t: u64) -> u64 {
+    let h = (h ^ t).wrapping_mul(0x0000_0100_0000_01b3);
+    h ^ (h >> 29)
+}
+
 fn fnv(tokens: &[u64]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &t in tokens {
-        h ^= t;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        h ^= h >> 29;
+    tokens
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325, |h, &t| fnv_step(h, t))
+}
+
+/// Running hashes of the key's layers (see [`Key::layers`]).
+struct Layers([u64; 4]);
+
+impl Layers {
+    /// Feeds `t` to layer `level` and every finer one.
+    fn feed(&mut self, level: usize, t: u64) {
+        for h in &mut self.0[level..] {
+            *h = fnv_step(*h, t);
+        }
     }
-    h
 }
 
 /// Traces everything `roots` depend on, depth-first from the roots in order, operands before
@@ -294,6 +323,7 @@ pub fn trace(roots: &[&NodeRef], with_nodes: bool) -> Trace {
     let mut outputs = Vec::with_capacity(roots.len());
     let mut count: u32 = 0;
     let mut sym_values: Vec<usize> = Vec::new();
+    let mut layers = Layers([0xcbf2_9ce4_8422_2325; 4]);
     // (node, operands once expanded)
     let mut stack: Vec<(NodeRef, Option<SmallVec<[NodeRef; 2]>>)> = Vec::new();
     for root in roots {
@@ -341,9 +371,19 @@ pub fn trace(roots: &[&NodeRef], with_nodes: bool) -> Trace {
                     other => (other.clone(), None),
                 },
             };
+            let start = tokens.len();
             op_tokens(&op, &mut tokens);
+            for &t in &tokens[start..] {
+                layers.feed(0, t);
+            }
+            if let Op::Scalar(s) = &op {
+                tokens.push(scalar_class(*s));
+                layers.feed(1, scalar_class(*s));
+            }
             tokens.push(dtype_code(node.dtype()));
+            layers.feed(2, dtype_code(node.dtype()));
             tokens.push(node.shape().rank() as u64);
+            layers.feed(3, node.shape().rank() as u64);
             let mut sym: SymShape = SmallVec::new();
             for &d in node.shape().dims() {
                 let dim = if d <= 1 {
@@ -361,10 +401,12 @@ pub fn trace(roots: &[&NodeRef], with_nodes: bool) -> Trace {
                 sym.push(dim);
             }
             tokens.push(ins.len() as u64);
+            layers.feed(0, ins.len() as u64);
             let mut in_idx: SmallVec<[u32; 2]> = SmallVec::new();
             for i in &ins {
                 let p = seen[&Arc::as_ptr(i)];
                 tokens.push(p as u64);
+                layers.feed(0, p as u64);
                 in_idx.push(p);
             }
             if with_nodes {
@@ -384,11 +426,17 @@ pub fn trace(roots: &[&NodeRef], with_nodes: bool) -> Trace {
         outputs.push(o);
         tokens.push(u64::MAX);
         tokens.push(o as u64);
+        layers.feed(0, u64::MAX);
+        layers.feed(0, o as u64);
     }
     bindings.dims = sym_values;
     let hash = fnv(&tokens);
     Trace {
-        key: Key { hash, tokens },
+        key: Key {
+            hash,
+            tokens,
+            layers: layers.0,
+        },
         bindings,
         nodes,
         outputs,

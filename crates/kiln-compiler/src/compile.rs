@@ -1,0 +1,76 @@
+//! The compile pipeline: [`LazyExpr`] → working graph → rewrites → (verifier) → fusion →
+//! memory plan → [`Compiled`]. Depends on every other module of the crate.
+
+use crate::fuse;
+use crate::graph::Graph;
+use crate::memory;
+use crate::plan::Plan;
+use crate::rewrite;
+use kiln_ir::{LazyExpr, Result};
+
+/// A compiled graph: the plan, plus what the inspector needs to draw it.
+#[derive(Clone, Debug)]
+pub struct Compiled {
+    /// The executable plan.
+    pub plan: Plan,
+    /// The graph before the passes.
+    pub source: Graph,
+    /// The graph after the passes.
+    pub graph: Graph,
+    /// For each node of `graph`, the kernel computing it.
+    pub cluster: Vec<Option<usize>>,
+}
+
+impl Compiled {
+    /// DOT of the graph before the passes.
+    ///
+    /// ```
+    /// # use kiln_ir::{build, HostData, LazyExpr, Shape, UnaryOp};
+    /// let a = build::data(HostData::from(vec![1.0f32; 3]), Shape::from([3])).unwrap();
+    /// let y = build::unary(UnaryOp::Exp, &a).unwrap();
+    /// let c = kiln_compiler::compile(&LazyExpr::from_roots(&[&y])).unwrap();
+    /// assert!(c.dot_before().contains("exp"));
+    /// ```
+    pub fn dot_before(&self) -> String {
+        self.source.to_dot(&[])
+    }
+
+    /// DOT of the graph after the passes, each kernel's nodes drawn as a cluster.
+    ///
+    /// ```
+    /// # use kiln_ir::{build, HostData, LazyExpr, Shape, UnaryOp};
+    /// let a = build::data(HostData::from(vec![1.0f32; 3]), Shape::from([3])).unwrap();
+    /// let y = build::unary(UnaryOp::Exp, &a).unwrap();
+    /// let c = kiln_compiler::compile(&LazyExpr::from_roots(&[&y])).unwrap();
+    /// assert!(c.dot_after().contains("cluster_0"));
+    /// ```
+    pub fn dot_after(&self) -> String {
+        self.graph.to_dot(&self.cluster)
+    }
+}
+
+/// Compiles a lowered expression.
+///
+/// ```
+/// use kiln_ir::{build, BinaryOp, HostData, LazyExpr, Shape};
+/// let a = build::data(HostData::from(vec![1.0f32; 8]), Shape::from([8])).unwrap();
+/// let y = build::binary(BinaryOp::Mul, &a, &a).unwrap();
+/// let y = build::binary(BinaryOp::Add, &y, &a).unwrap();
+/// let c = kiln_compiler::compile(&LazyExpr::from_roots(&[&y])).unwrap();
+/// assert_eq!(c.plan.kernels.len(), 1); // one fused pass
+/// ```
+pub fn compile(expr: &LazyExpr) -> Result<Compiled> {
+    let source = Graph::from_expr(expr);
+    let (graph, _) = rewrite::optimize(&source);
+    #[cfg(debug_assertions)]
+    graph.verify()?;
+    let fused = fuse::fuse(&graph, expr.bindings.scalars.len() as u32);
+    let mut plan = fused.plan;
+    memory::plan_memory(&mut plan, &expr.bindings.dims);
+    Ok(Compiled {
+        plan,
+        source,
+        graph,
+        cluster: fused.cluster,
+    })
+}

@@ -1,0 +1,92 @@
+//! [`Engine`]: the evaluation entry point: trace → graph-cache lookup → (on a miss) compile →
+//! run on a backend. Also the inspection entry point. `KILN_DUMP_DIR=dir` writes the DOT of
+//! each newly compiled graph, before and after the passes, to `dir`.
+//!
+//! Depends on [`crate::cache`], [`crate::compile`], [`crate::backend`], [`crate::inspect`].
+
+use crate::backend::{run, Backend};
+use crate::cache::GraphCache;
+use crate::compile::{compile, Compiled};
+use crate::inspect::{report, Report};
+use kiln_ir::{trace, Bindings, HostData, LazyExpr, NodeRef, Result};
+use std::sync::Arc;
+
+/// Default number of cached plans.
+pub const DEFAULT_CAPACITY: usize = 512;
+
+/// A backend with its graph cache.
+///
+/// ```
+/// // kiln's front end holds one `Engine<kiln_cpu::CpuBackend>`; see `kiln::eval`.
+/// ```
+pub struct Engine<B: Backend> {
+    backend: B,
+    cache: GraphCache,
+    dump_dir: Option<std::path::PathBuf>,
+}
+
+impl<B: Backend> Engine<B> {
+    /// An engine over `backend` with a cache of `capacity` plans.
+    pub fn new(backend: B, capacity: usize) -> Self {
+        Engine {
+            backend,
+            cache: GraphCache::new(capacity),
+            dump_dir: std::env::var_os("KILN_DUMP_DIR")
+                .filter(|v| !v.is_empty())
+                .map(Into::into),
+        }
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// The graph cache.
+    pub fn cache(&self) -> &GraphCache {
+        &self.cache
+    }
+
+    /// The compiled plan for `roots` (from the cache or compiled now) and the bindings to run
+    /// it with.
+    pub fn prepare(&self, roots: &[&NodeRef]) -> Result<(Arc<Compiled>, Bindings)> {
+        loop {
+            let t = trace(roots, false);
+            if let Some(c) = self.cache.get(&t.key) {
+                return Ok((c, t.bindings));
+            }
+            let full = trace(roots, true);
+            if full.key != t.key {
+                continue; // another thread evaluated part of the graph in between
+            }
+            let bindings = full.bindings.clone();
+            let key = full.key.clone();
+            let hash = key.hash();
+            let dump = self.dump_dir.clone();
+            let c = self.cache.get_or_compile(&key, move || {
+                let c = compile(&LazyExpr::from_trace(full))?;
+                if let Some(dir) = dump {
+                    let _ = std::fs::create_dir_all(&dir);
+                    let _ =
+                        std::fs::write(dir.join(format!("{hash:016x}-before.dot")), c.dot_before());
+                    let _ =
+                        std::fs::write(dir.join(format!("{hash:016x}-after.dot")), c.dot_after());
+                }
+                Ok(c)
+            })?;
+            return Ok((c, bindings));
+        }
+    }
+
+    /// Evaluates `roots`: one value per root, in order.
+    pub fn evaluate(&self, roots: &[&NodeRef]) -> Result<Vec<HostData>> {
+        let (c, b) = self.prepare(roots)?;
+        run(&self.backend, &c.plan, &b)
+    }
+
+    /// What evaluating `roots` would do (compiles if needed, runs nothing).
+    pub fn inspect(&self, roots: &[&NodeRef]) -> Result<(Report, Arc<Compiled>)> {
+        let (c, b) = self.prepare(roots)?;
+        Ok((report(&c, &b), c))
+    }
+}

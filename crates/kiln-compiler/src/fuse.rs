@@ -1,0 +1,717 @@
+//! Fusion: decides which values are materialised and turns everything else into fused
+//! kernel programs and strided views, producing the kernels of a [`Plan`].
+//!
+//! **Policy.** A value is materialised (gets a slot) when it is a requested output, the
+//! result of a non-elementwise op (reduce, argreduce, matmul, take, top_k, concat), an operand
+//! that such an op must read through a view (matmul, take, top_k, concat), the input of a
+//! permute, slice or size-changing reshape (which then read it in place as a strided view),
+//! a non-contiguous view that a reshape merges dimensions of, or an *expensive* elementwise
+//! subtree (cost ≥ [`EXPENSIVE`], transcendental ops counting 8 and arithmetic 1) that has
+//! several users other than reductions (which recompute it in their prologue rather than pay
+//! a write and a read of the array) or is broadcast. Everything else is recomputed inside its users' kernels:
+//! elementwise trees and broadcasts fuse into one pass; elementwise producers fuse into
+//! reductions as a prologue; the elementwise consumers of a matmul that only they read fuse
+//! into it as an epilogue. Values that are the same for every element (scalars and
+//! arithmetic on them) are computed once per run on the host (the plan's prelude).
+//!
+//! Depends on [`crate::graph`], [`crate::plan`], [`crate::rewrite`] and `kiln-ir`.
+
+use crate::graph::{GNode, Graph};
+use crate::plan::{
+    Input, Inst, InstOp, Kernel, KernelKind, OutputRef, Plan, Program, Source, View, ViewOp,
+};
+use crate::rewrite::unit_reshape;
+use kiln_ir::{Op, UnaryOp};
+use smallvec::SmallVec;
+
+/// Subtree cost at which an elementwise value with several users is materialised.
+pub const EXPENSIVE: u32 = 8;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Class {
+    Source,
+    Uniform,
+    Elementwise,
+    Movement,
+    Kernel,
+}
+
+fn op_cost(op: &Op) -> u32 {
+    match op {
+        Op::Unary(u) => match u {
+            UnaryOp::Exp
+            | UnaryOp::Log
+            | UnaryOp::Log1p
+            | UnaryOp::Expm1
+            | UnaryOp::Sin
+            | UnaryOp::Cos
+            | UnaryOp::Tanh
+            | UnaryOp::Sigmoid
+            | UnaryOp::Sqrt
+            | UnaryOp::Rsqrt => 8,
+            _ => 1,
+        },
+        Op::Binary(kiln_ir::BinaryOp::Pow) => 8,
+        Op::Binary(
+            kiln_ir::BinaryOp::Div | kiln_ir::BinaryOp::FloorDiv | kiln_ir::BinaryOp::Rem,
+        ) => 2,
+        _ => 1,
+    }
+}
+
+/// The value under a chain of reshapes.
+fn strip_reshapes(g: &Graph, mut i: u32) -> u32 {
+    while g.nodes[i as usize].op == Op::Reshape {
+        i = g.nodes[i as usize].inputs[0];
+    }
+    i
+}
+
+fn view_op(n: &GNode) -> ViewOp {
+    match &n.op {
+        Op::Reshape => ViewOp::Reshape(n.sym.clone()),
+        Op::Permute(p) => ViewOp::Permute(p.clone()),
+        Op::BroadcastTo => ViewOp::Broadcast(n.sym.clone()),
+        Op::Slice { start, step } => ViewOp::Slice {
+            start: start.clone(),
+            step: step.clone(),
+            shape: n.sym.clone(),
+        },
+        other => unreachable!("{other} is not a movement op"),
+    }
+}
+
+/// The result of fusion.
+#[derive(Clone, Debug)]
+pub struct Fused {
+    /// The plan, without its memory plan (slots have buffer 0 until [`crate::memory`] runs).
+    pub plan: Plan,
+    /// For each graph node, the kernel that computes it (first one, if recomputed).
+    pub cluster: Vec<Option<usize>>,
+}
+
+struct Builder<'g> {
+    g: &'g Graph,
+    class: Vec<Class>,
+    mat: Vec<bool>,
+    slot_of: Vec<Option<u32>>,
+    prelude_of: Vec<Option<u32>>,
+    n_scalars: u32,
+    plan: Plan,
+    cluster: Vec<Option<usize>>,
+}
+
+/// Decides materialisation and builds the kernels of `g` (already optimised).
+///
+/// `n_scalars` is the length of the run-time scalar table (`Bindings::scalars`).
+pub fn fuse(g: &Graph, n_scalars: u32) -> Fused {
+    let n = g.nodes.len();
+    let mut class = vec![Class::Source; n];
+    for (i, node) in g.nodes.iter().enumerate() {
+        let uniform_inputs = !node.inputs.is_empty()
+            && node
+                .inputs
+                .iter()
+                .all(|&j| class[j as usize] == Class::Uniform);
+        class[i] = match &node.op {
+            Op::Param(_) | Op::Data | Op::Iota { .. } | Op::Random { .. } => Class::Source,
+            Op::Scalar(_) => Class::Uniform,
+            Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast if uniform_inputs => Class::Uniform,
+            Op::Reshape | Op::BroadcastTo if uniform_inputs => Class::Uniform,
+            Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast => Class::Elementwise,
+            Op::Reshape | Op::Permute(_) | Op::BroadcastTo | Op::Slice { .. } => Class::Movement,
+            _ => Class::Kernel,
+        };
+    }
+    let mut mat = vec![false; n];
+    for &o in &g.outputs {
+        // A reshaped output shares its data with the value under the reshapes, unless that
+        // value is a non-contiguous view.
+        let base = strip_reshapes(g, o) as usize;
+        match class[base] {
+            _ if matches!(g.nodes[base].op, Op::Param(_)) => {}
+            Class::Movement => mat[o as usize] = true,
+            _ => mat[base] = true,
+        }
+    }
+    for i in 0..n {
+        if class[i] == Class::Kernel {
+            mat[i] = true;
+        }
+    }
+    // Pass A (structural): operands that must be read through views; movement over computed
+    // values; reshapes of non-contiguous views.
+    let mut contiguous = vec![true; n];
+    let computed = |class: &[Class], mat: &[bool], j: usize| {
+        matches!(class[j], Class::Elementwise | Class::Uniform) && !mat[j]
+    };
+    for i in 0..n {
+        let node = &g.nodes[i];
+        match (&node.op, class[i]) {
+            (Op::MatMul | Op::Take { .. } | Op::TopK { .. } | Op::Concat { .. }, _) => {
+                for &j in &node.inputs {
+                    // walk down through movement ops to the value the view starts from
+                    let mut k = j as usize;
+                    while class[k] == Class::Movement && !mat[k] {
+                        k = g.nodes[k].inputs[0] as usize;
+                    }
+                    if computed(&class, &mat, k) {
+                        mat[k] = true;
+                    }
+                }
+            }
+            (_, Class::Movement) => {
+                let j = node.inputs[0] as usize;
+                let src_computed = computed(&class, &mat, j) && class[j] == Class::Elementwise;
+                let unit =
+                    matches!(node.op, Op::Reshape) && unit_reshape(&g.nodes[j].sym, &node.sym);
+                match node.op {
+                    Op::Reshape if unit => contiguous[i] = contiguous[j] || src_computed,
+                    Op::Reshape => {
+                        if src_computed || !contiguous[j] {
+                            mat[j] = true;
+                        }
+                        contiguous[i] = true;
+                    }
+                    Op::BroadcastTo => contiguous[i] = false,
+                    Op::Permute(_) | Op::Slice { .. } => {
+                        if src_computed {
+                            mat[j] = true;
+                        }
+                        contiguous[i] = false;
+                    }
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+    }
+    // Pass B (cost): expensive subtrees with several users or under a broadcast.
+    // Uses by reductions do not count: a reduction reads its operand once anyway, so
+    // recomputing an expensive value in its prologue saves a write and a read of the array.
+    let mut uses = vec![0u32; n];
+    for node in &g.nodes {
+        if !matches!(node.op, Op::Reduce { .. } | Op::ArgReduce { .. }) {
+            for &j in &node.inputs {
+                uses[j as usize] += 1;
+            }
+        }
+    }
+    for &o in &g.outputs {
+        uses[o as usize] += 1;
+    }
+    let mut broadcast_user = vec![false; n];
+    for node in &g.nodes {
+        if node.op == Op::BroadcastTo {
+            broadcast_user[node.inputs[0] as usize] = true;
+        }
+    }
+    let mut cost = vec![0u32; n];
+    for i in 0..n {
+        if class[i] != Class::Elementwise {
+            continue;
+        }
+        let node = &g.nodes[i];
+        cost[i] = op_cost(&node.op)
+            + node
+                .inputs
+                .iter()
+                .map(|&j| {
+                    if class[j as usize] == Class::Elementwise && !mat[j as usize] {
+                        cost[j as usize]
+                    } else {
+                        0
+                    }
+                })
+                .sum::<u32>();
+        if !mat[i] && cost[i] >= EXPENSIVE && (uses[i] > 1 || broadcast_user[i]) {
+            mat[i] = true;
+        }
+    }
+    let mut b = Builder {
+        g,
+        class,
+        mat,
+        slot_of: vec![None; n],
+        prelude_of: vec![None; n],
+        n_scalars,
+        plan: Plan::default(),
+        cluster: vec![None; n],
+    };
+    b.build();
+    Fused {
+        plan: b.plan,
+        cluster: b.cluster,
+    }
+}
+
+struct ProgramBuilder {
+    program: Program,
+    inputs: Vec<Input>,
+    memo: hashbrown::HashMap<(u32, String), u32>,
+    fused: Vec<u32>,
+}
+
+impl ProgramBuilder {
+    fn new() -> Self {
+        ProgramBuilder {
+            program: Program::default(),
+            inputs: Vec::new(),
+            memo: hashbrown::HashMap::new(),
+            fused: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, op: InstOp, dtype: kiln_ir::DType) -> u32 {
+        self.program.insts.push(Inst { op, dtype });
+        self.program.insts.len() as u32 - 1
+    }
+
+    fn load(&mut self, source: Source, node: &GNode, ops: &[ViewOp]) -> u32 {
+        let input = Input {
+            source,
+            dtype: node.dtype,
+            view: View {
+                base: node.sym.clone(),
+                ops: ops.iter().cloned().collect(),
+            },
+        };
+        let idx = match self.inputs.iter().position(|x| *x == input) {
+            Some(p) => p,
+            None => {
+                self.inputs.push(input);
+                self.inputs.len() - 1
+            }
+        } as u32;
+        self.push(InstOp::Load(idx), node.dtype)
+    }
+}
+
+impl Builder<'_> {
+    fn prelude(&mut self, i: u32) -> u32 {
+        if let Some(p) = self.prelude_of[i as usize] {
+            return p;
+        }
+        let node = &self.g.nodes[i as usize];
+        let v = match &node.op {
+            Op::Scalar(_) => {
+                let s = node.binding.expect("scalars have bindings");
+                self.plan.prelude.insts.push(Inst {
+                    op: InstOp::Scalar(s),
+                    dtype: node.dtype,
+                });
+                self.plan.prelude.insts.len() as u32 - 1
+            }
+            Op::Reshape | Op::BroadcastTo => self.prelude(node.inputs[0]),
+            op => {
+                let ins: SmallVec<[u32; 3]> =
+                    node.inputs.iter().map(|&j| self.prelude(j)).collect();
+                let iop = match op {
+                    Op::Unary(u) => InstOp::Unary(*u, ins[0]),
+                    Op::Binary(b) => InstOp::Binary(*b, ins[0], ins[1]),
+                    Op::Where => InstOp::Where(ins[0], ins[1], ins[2]),
+                    Op::Cast => InstOp::Cast(ins[0]),
+                    other => unreachable!("{other} is not uniform"),
+                };
+                self.plan.prelude.insts.push(Inst {
+                    op: iop,
+                    dtype: node.dtype,
+                });
+                self.plan.prelude.insts.len() as u32 - 1
+            }
+        };
+        self.prelude_of[i as usize] = Some(v);
+        v
+    }
+
+    /// The scalar-table index of uniform node `i` (a prelude result).
+    fn scalar_index(&mut self, i: u32) -> u32 {
+        let v = self.prelude(i);
+        let node = &self.g.nodes[i as usize];
+        if let (Op::Scalar(_), Some(b)) = (&node.op, node.binding) {
+            return b;
+        }
+        if let Some(pos) = self.plan.prelude.results.iter().position(|&r| r == v) {
+            return self.n_scalars + pos as u32;
+        }
+        self.plan.prelude.results.push(v);
+        self.n_scalars + self.plan.prelude.results.len() as u32 - 1
+    }
+
+    /// Emits node `i` into `pb`, reading it through the pending view ops `ops`.
+    fn emit(&mut self, pb: &mut ProgramBuilder, i: u32, root: u32, ops: &[ViewOp]) -> u32 {
+        let key = (i, format!("{ops:?}"));
+        if let Some(&v) = pb.memo.get(&key) {
+            return v;
+        }
+        let node = &self.g.nodes[i as usize];
+        let v = if self.class[i as usize] == Class::Uniform {
+            let s = self.scalar_index(i);
+            pb.push(InstOp::Scalar(s), node.dtype)
+        } else if i != root && self.mat[i as usize] {
+            let slot = self.slot_of[i as usize].expect("materialised values are computed first");
+            pb.load(Source::Slot(slot), node, ops)
+        } else {
+            match &node.op {
+                Op::Param(_) => pb.load(
+                    Source::Param(node.binding.expect("params are bound")),
+                    node,
+                    ops,
+                ),
+                Op::Iota { axis } => pb.load(Source::Iota { axis: *axis }, node, ops),
+                Op::Random { dist, .. } => pb.load(
+                    Source::Random {
+                        dist: *dist,
+                        seed: node.binding.expect("seeds are bound"),
+                    },
+                    node,
+                    ops,
+                ),
+                Op::Reshape | Op::Permute(_) | Op::BroadcastTo | Op::Slice { .. } => {
+                    let mut inner: Vec<ViewOp> = vec![view_op(node)];
+                    inner.extend_from_slice(ops);
+                    self.emit(pb, node.inputs[0], root, &inner)
+                }
+                op => {
+                    pb.fused.push(i);
+                    let ins: SmallVec<[u32; 3]> = node
+                        .inputs
+                        .iter()
+                        .map(|&j| self.emit(pb, j, root, ops))
+                        .collect();
+                    let iop = match op {
+                        Op::Unary(u) => InstOp::Unary(*u, ins[0]),
+                        Op::Binary(b) => InstOp::Binary(*b, ins[0], ins[1]),
+                        Op::Where => InstOp::Where(ins[0], ins[1], ins[2]),
+                        Op::Cast => InstOp::Cast(ins[0]),
+                        other => unreachable!("{other} cannot be fused"),
+                    };
+                    pb.push(iop, node.dtype)
+                }
+            }
+        };
+        pb.memo.insert(key, v);
+        v
+    }
+
+    /// A view input for an operand of a non-elementwise kernel (walks movement ops down to a
+    /// source or slot).
+    fn view_input(&mut self, i: u32) -> Input {
+        let mut pb = ProgramBuilder::new();
+        let v = self.emit(&mut pb, i, u32::MAX, &[]);
+        match pb.program.insts[v as usize].op {
+            InstOp::Load(k) => pb.inputs.swap_remove(k as usize),
+            InstOp::Scalar(_) => {
+                // a uniform operand: materialise it through a tiny fill kernel
+                let node = &self.g.nodes[i as usize];
+                let slot = self.new_kernel_fill(i);
+                Input {
+                    source: Source::Slot(slot),
+                    dtype: node.dtype,
+                    view: View::identity(node.sym.clone()),
+                }
+            }
+            _ => unreachable!("operands of view-reading kernels are materialised"),
+        }
+    }
+
+    fn new_slot(&mut self, i: u32) -> u32 {
+        let node = &self.g.nodes[i as usize];
+        self.plan.slots.push(crate::plan::Slot {
+            dtype: node.dtype,
+            shape: node.sym.clone(),
+            buffer: 0,
+        });
+        let s = self.plan.slots.len() as u32 - 1;
+        self.slot_of[i as usize] = Some(s);
+        s
+    }
+
+    fn new_kernel_fill(&mut self, i: u32) -> u32 {
+        let mut pb = ProgramBuilder::new();
+        let v = self.emit(&mut pb, i, i, &[]);
+        pb.program.results.push(v);
+        let node = &self.g.nodes[i as usize];
+        let slot = self.new_slot(i);
+        self.push_kernel(
+            Kernel {
+                kind: KernelKind::Elementwise {
+                    program: pb.program,
+                },
+                space: node.sym.clone(),
+                inputs: pb.inputs,
+                outputs: [slot].into_iter().collect(),
+            },
+            &[i],
+        );
+        slot
+    }
+
+    fn push_kernel(&mut self, k: Kernel, nodes: &[u32]) {
+        let idx = self.plan.kernels.len();
+        for &n in nodes {
+            if self.cluster[n as usize].is_none() {
+                self.cluster[n as usize] = Some(idx);
+            }
+        }
+        self.plan.kernels.push(k);
+    }
+
+    fn build(&mut self) {
+        let g = self.g;
+        for i in 0..g.nodes.len() as u32 {
+            if !self.mat[i as usize] || self.slot_of[i as usize].is_some() {
+                continue;
+            }
+            let node = &g.nodes[i as usize];
+            match &node.op {
+                Op::Reduce { op, axes } => {
+                    let mut pb = ProgramBuilder::new();
+                    let v = self.emit(&mut pb, node.inputs[0], node.inputs[0], &[]);
+                    pb.program.results.push(v);
+                    let space = g.nodes[node.inputs[0] as usize].sym.clone();
+                    let slot = self.new_slot(i);
+                    let mut fused = pb.fused.clone();
+                    fused.push(i);
+                    self.push_kernel(
+                        Kernel {
+                            kind: KernelKind::Reduce {
+                                program: pb.program,
+                                op: *op,
+                                axes: axes.clone(),
+                            },
+                            space,
+                            inputs: pb.inputs,
+                            outputs: [slot].into_iter().collect(),
+                        },
+                        &fused,
+                    );
+                }
+                Op::ArgReduce { op, axis } => {
+                    let mut pb = ProgramBuilder::new();
+                    let v = self.emit(&mut pb, node.inputs[0], node.inputs[0], &[]);
+                    pb.program.results.push(v);
+                    let space = g.nodes[node.inputs[0] as usize].sym.clone();
+                    let slot = self.new_slot(i);
+                    let mut fused = pb.fused.clone();
+                    fused.push(i);
+                    self.push_kernel(
+                        Kernel {
+                            kind: KernelKind::ArgReduce {
+                                program: pb.program,
+                                op: *op,
+                                axis: *axis,
+                            },
+                            space,
+                            inputs: pb.inputs,
+                            outputs: [slot].into_iter().collect(),
+                        },
+                        &fused,
+                    );
+                }
+                Op::MatMul | Op::Take { .. } | Op::Concat { .. } => {
+                    let inputs: Vec<Input> = node
+                        .inputs
+                        .clone()
+                        .iter()
+                        .map(|&j| self.view_input(j))
+                        .collect();
+                    let kind = match &node.op {
+                        Op::MatMul => KernelKind::MatMul { epilogue: None },
+                        Op::Take { axis } => KernelKind::Take { axis: *axis },
+                        Op::Concat { axis } => KernelKind::Concat { axis: *axis },
+                        _ => unreachable!(),
+                    };
+                    let slot = self.new_slot(i);
+                    self.push_kernel(
+                        Kernel {
+                            kind,
+                            space: node.sym.clone(),
+                            inputs,
+                            outputs: [slot].into_iter().collect(),
+                        },
+                        &[i],
+                    );
+                }
+                Op::TopK { k, .. } => {
+                    // One kernel for every materialised top_k of the same operand and k.
+                    let input = self.view_input(node.inputs[0]);
+                    let mut members: Vec<u32> = vec![i];
+                    for j in i + 1..g.nodes.len() as u32 {
+                        let o = &g.nodes[j as usize];
+                        if self.mat[j as usize]
+                            && o.inputs == node.inputs
+                            && matches!(o.op, Op::TopK { k: k2, .. } if k2 == *k)
+                        {
+                            members.push(j);
+                        }
+                    }
+                    let flags: SmallVec<[bool; 2]> = members
+                        .iter()
+                        .map(|&m| matches!(g.nodes[m as usize].op, Op::TopK { indices: true, .. }))
+                        .collect();
+                    let outputs: SmallVec<[u32; 1]> =
+                        members.iter().map(|&m| self.new_slot(m)).collect();
+                    self.push_kernel(
+                        Kernel {
+                            kind: KernelKind::TopK {
+                                k: *k,
+                                indices: flags,
+                            },
+                            space: node.sym.clone(),
+                            inputs: vec![input],
+                            outputs,
+                        },
+                        &members,
+                    );
+                }
+                _ => {
+                    // an elementwise group (or a copy of a view, a fill of a uniform value)
+                    let mut pb = ProgramBuilder::new();
+                    let v = self.emit(&mut pb, i, i, &[]);
+                    pb.program.results.push(v);
+                    let slot = self.new_slot(i);
+                    let mut fused = pb.fused.clone();
+                    fused.push(i);
+                    self.push_kernel(
+                        Kernel {
+                            kind: KernelKind::Elementwise {
+                                program: pb.program,
+                            },
+                            space: node.sym.clone(),
+                            inputs: pb.inputs,
+                            outputs: [slot].into_iter().collect(),
+                        },
+                        &fused,
+                    );
+                }
+            }
+        }
+        self.plan.outputs = g
+            .outputs
+            .iter()
+            .map(|&o| {
+                let base = strip_reshapes(g, o);
+                match (self.slot_of[o as usize], self.slot_of[base as usize]) {
+                    (Some(s), _) | (None, Some(s)) => OutputRef::Slot(s),
+                    (None, None) => match g.nodes[base as usize].op {
+                        Op::Param(_) => {
+                            OutputRef::Param(g.nodes[base as usize].binding.expect("bound"))
+                        }
+                        _ => unreachable!("outputs are materialised or parameters"),
+                    },
+                }
+            })
+            .collect();
+        self.fuse_epilogues();
+    }
+
+    /// Folds an elementwise kernel into the matmul whose product only it reads, as the
+    /// matmul's epilogue.
+    fn fuse_epilogues(&mut self) {
+        let plan = &mut self.plan;
+        let output_slots: Vec<u32> = plan
+            .outputs
+            .iter()
+            .filter_map(|o| {
+                if let OutputRef::Slot(s) = o {
+                    Some(*s)
+                } else {
+                    None
+                }
+            })
+            .collect();
+        let mut k = 0;
+        while k < plan.kernels.len() {
+            let KernelKind::MatMul { epilogue: None } = plan.kernels[k].kind else {
+                k += 1;
+                continue;
+            };
+            let mm_slot = plan.kernels[k].outputs[0];
+            if output_slots.contains(&mm_slot) {
+                k += 1;
+                continue;
+            }
+            let readers: Vec<usize> = (0..plan.kernels.len())
+                .filter(|&r| {
+                    plan.kernels[r]
+                        .inputs
+                        .iter()
+                        .any(|i| i.source == Source::Slot(mm_slot))
+                })
+                .collect();
+            let [r] = readers[..] else {
+                k += 1;
+                continue;
+            };
+            let consumer = &plan.kernels[r];
+            let reads: Vec<usize> = (0..consumer.inputs.len())
+                .filter(|&x| consumer.inputs[x].source == Source::Slot(mm_slot))
+                .collect();
+            let ok = matches!(consumer.kind, KernelKind::Elementwise { .. })
+                && consumer.outputs.len() == 1
+                && reads.len() == 1
+                && consumer.space == plan.kernels[k].space
+                && consumer.inputs[reads[0]]
+                    .view
+                    .ops
+                    .iter()
+                    .all(|o| matches!(o, ViewOp::Reshape(t) if *t == consumer.space));
+            if !ok {
+                k += 1;
+                continue;
+            }
+            let consumer = plan.kernels.remove(r);
+            let k2 = if r < k { k - 1 } else { k };
+            let KernelKind::Elementwise { program } = consumer.kind else {
+                unreachable!()
+            };
+            let acc_input = reads[0] as u32;
+            let mut inputs = plan.kernels[k2].inputs.clone();
+            let mut map: Vec<u32> = Vec::new();
+            for (x, inp) in consumer.inputs.iter().enumerate() {
+                if x as u32 == acc_input {
+                    map.push(u32::MAX);
+                } else {
+                    map.push(inputs.len() as u32);
+                    inputs.push(inp.clone());
+                }
+            }
+            let insts = program
+                .insts
+                .into_iter()
+                .map(|inst| match inst.op {
+                    InstOp::Load(x) if x == acc_input => Inst {
+                        op: InstOp::Acc,
+                        dtype: inst.dtype,
+                    },
+                    InstOp::Load(x) => Inst {
+                        op: InstOp::Load(map[x as usize]),
+                        dtype: inst.dtype,
+                    },
+                    _ => inst,
+                })
+                .collect();
+            let epilogue = Program {
+                insts,
+                results: program.results,
+            };
+            let mm = &mut plan.kernels[k2];
+            mm.kind = KernelKind::MatMul {
+                epilogue: Some(epilogue),
+            };
+            mm.inputs = inputs;
+            mm.outputs = consumer.outputs;
+            for c in self.cluster.iter_mut() {
+                if let Some(x) = c {
+                    if *x == r {
+                        *x = k2;
+                    } else if *x > r {
+                        *x -= 1;
+                    }
+                }
+            }
+            k = 0; // rescan: indices shifted
+        }
+    }
+}
