@@ -67,6 +67,12 @@ pub fn compile(expr: &LazyExpr) -> Result<Compiled> {
     let fused = fuse::fuse(&graph, expr.bindings.scalars.len() as u32);
     let mut plan = fused.plan;
     memory::plan_memory(&mut plan, &expr.bindings.dims);
+    #[cfg(debug_assertions)]
+    plan.verify().map_err(|message| kiln_ir::Error::Verifier {
+        node: 0,
+        op: "plan".into(),
+        message,
+    })?;
     Ok(Compiled {
         plan,
         source,

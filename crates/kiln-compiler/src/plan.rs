@@ -444,3 +444,88 @@ pub fn sym(dims: &[Option<u32>]) -> SymShape {
         .map(|d| d.map_or(Dim::Const(1), Dim::Sym))
         .collect()
 }
+
+impl Plan {
+    /// Checks the plan's invariants (run after compiling in debug builds): every input view
+    /// of an elementwise or reduce kernel has the kernel's index space as its shape, every
+    /// program operand precedes its user, each slot is written once before it is read and
+    /// lives in a buffer of its dtype, and every output is written.
+    ///
+    /// ```
+    /// assert!(kiln_compiler::Plan::default().verify().is_ok());
+    /// ```
+    pub fn verify(&self) -> Result<(), String> {
+        let mut written = vec![false; self.slots.len()];
+        for (k, kernel) in self.kernels.iter().enumerate() {
+            let fail = |m: String| Err(format!("kernel {k}: {m}"));
+            let program = match &kernel.kind {
+                KernelKind::Elementwise { program }
+                | KernelKind::Reduce { program, .. }
+                | KernelKind::ArgReduce { program, .. } => Some(program),
+                KernelKind::MatMul { epilogue } => epilogue.as_ref(),
+                _ => None,
+            };
+            if let Some(p) = program {
+                for (i, inst) in p.insts.iter().enumerate() {
+                    let ops: SmallVec<[u32; 3]> = match inst.op {
+                        InstOp::Unary(_, x) | InstOp::Cast(x) => [x].into_iter().collect(),
+                        InstOp::Binary(_, a, b) => [a, b].into_iter().collect(),
+                        InstOp::Where(c, a, b) => [c, a, b].into_iter().collect(),
+                        InstOp::Load(x) => {
+                            if x as usize >= kernel.inputs.len() {
+                                return fail(format!("load of missing input {x}"));
+                            }
+                            SmallVec::new()
+                        }
+                        _ => SmallVec::new(),
+                    };
+                    if ops.iter().any(|&o| o as usize >= i) {
+                        return fail(format!("instruction {i} reads a later value"));
+                    }
+                }
+                let over_space = !matches!(kernel.kind, KernelKind::MatMul { .. });
+                for (x, input) in kernel.inputs.iter().enumerate() {
+                    let in_program = over_space || x >= 2;
+                    if in_program && input.view.shape() != kernel.space {
+                        return fail(format!("input {x} view shape differs from the index space"));
+                    }
+                }
+            }
+            for input in &kernel.inputs {
+                if let Source::Slot(s) = input.source {
+                    if !written.get(s as usize).copied().unwrap_or(false) {
+                        return fail(format!("slot {s} read before it is written"));
+                    }
+                    if self.slots[s as usize].dtype != input.dtype {
+                        return fail(format!("slot {s} read with the wrong dtype"));
+                    }
+                }
+            }
+            for &s in &kernel.outputs {
+                let slot = self
+                    .slots
+                    .get(s as usize)
+                    .ok_or_else(|| format!("kernel {k}: missing slot {s}"))?;
+                if written[s as usize] {
+                    return fail(format!("slot {s} written twice"));
+                }
+                written[s as usize] = true;
+                let b = self
+                    .buffers
+                    .get(slot.buffer as usize)
+                    .ok_or_else(|| format!("slot {s} has no buffer"))?;
+                if b.dtype != slot.dtype {
+                    return fail(format!("slot {s} in a buffer of another dtype"));
+                }
+            }
+        }
+        for o in &self.outputs {
+            if let OutputRef::Slot(s) = o {
+                if !written[*s as usize] {
+                    return Err(format!("output slot {s} is never written"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
