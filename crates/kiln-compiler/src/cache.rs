@@ -217,8 +217,37 @@ impl GraphCache {
                 p
             }
             Some(reason) => {
+                // If `compile` panics, waiting threads get an error and the key is dropped,
+                // so a later lookup compiles again instead of waiting forever.
+                struct Abandon<'a> {
+                    cache: &'a GraphCache,
+                    key: &'a Key,
+                    cell: &'a Cell,
+                    armed: bool,
+                }
+                impl Drop for Abandon<'_> {
+                    fn drop(&mut self) {
+                        if self.armed {
+                            let _ = self.cell.set(Err(kiln_ir::Error::Verifier {
+                                node: 0,
+                                op: "compile".into(),
+                                message: "the compiler panicked on this graph".into(),
+                            }));
+                            self.cache.lock().map.remove(self.key);
+                        }
+                    }
+                }
+                let mut guard = Abandon {
+                    cache: self,
+                    key,
+                    cell: &cell,
+                    armed: true,
+                };
                 let start = std::time::Instant::now();
-                let compiled = match compile() {
+                let result = compile();
+                guard.armed = false;
+                drop(guard);
+                let compiled = match result {
                     Ok(c) => c,
                     Err(e) => {
                         let _ = cell.set(Err(e.clone()));

@@ -37,8 +37,9 @@ enum Class {
 }
 
 fn op_cost(op: &Op) -> u32 {
+    use kiln_ir::BinaryOp as B;
     match op {
-        Op::Unary(u) => match u {
+        Op::Unary(
             UnaryOp::Exp
             | UnaryOp::Log
             | UnaryOp::Log1p
@@ -48,13 +49,10 @@ fn op_cost(op: &Op) -> u32 {
             | UnaryOp::Tanh
             | UnaryOp::Sigmoid
             | UnaryOp::Sqrt
-            | UnaryOp::Rsqrt => 8,
-            _ => 1,
-        },
-        Op::Binary(kiln_ir::BinaryOp::Pow) => 8,
-        Op::Binary(
-            kiln_ir::BinaryOp::Div | kiln_ir::BinaryOp::FloorDiv | kiln_ir::BinaryOp::Rem,
-        ) => 2,
+            | UnaryOp::Rsqrt,
+        )
+        | Op::Binary(B::Pow) => 8,
+        Op::Binary(B::Div | B::FloorDiv | B::Rem) => 2,
         _ => 1,
     }
 }
@@ -345,12 +343,14 @@ impl Builder<'_> {
             return v;
         }
         let node = &self.g.nodes[i as usize];
-        let v = if self.class[i as usize] == Class::Uniform {
+        let v = if i != root && self.mat[i as usize] && self.slot_of[i as usize].is_some() {
+            let slot = self.slot_of[i as usize].expect("checked");
+            pb.load(Source::Slot(slot), node, ops)
+        } else if self.class[i as usize] == Class::Uniform {
             let s = self.scalar_index(i);
             pb.push(InstOp::Scalar(s), node.dtype)
         } else if i != root && self.mat[i as usize] {
-            let slot = self.slot_of[i as usize].expect("materialised values are computed first");
-            pb.load(Source::Slot(slot), node, ops)
+            unreachable!("materialised values are computed before their users")
         } else {
             match &node.op {
                 Op::Param(_) => pb.load(
@@ -467,7 +467,7 @@ impl Builder<'_> {
             match &node.op {
                 Op::Reduce { op, axes } => {
                     let mut pb = ProgramBuilder::new();
-                    let v = self.emit(&mut pb, node.inputs[0], node.inputs[0], &[]);
+                    let v = self.emit(&mut pb, node.inputs[0], u32::MAX, &[]);
                     pb.program.results.push(v);
                     let space = g.nodes[node.inputs[0] as usize].sym.clone();
                     let slot = self.new_slot(i);
@@ -489,7 +489,7 @@ impl Builder<'_> {
                 }
                 Op::ArgReduce { op, axis } => {
                     let mut pb = ProgramBuilder::new();
-                    let v = self.emit(&mut pb, node.inputs[0], node.inputs[0], &[]);
+                    let v = self.emit(&mut pb, node.inputs[0], u32::MAX, &[]);
                     pb.program.results.push(v);
                     let space = g.nodes[node.inputs[0] as usize].sym.clone();
                     let slot = self.new_slot(i);
@@ -661,13 +661,14 @@ impl Builder<'_> {
                 k += 1;
                 continue;
             }
-            let consumer = plan.kernels.remove(r);
-            let k2 = if r < k { k - 1 } else { k };
+            // The merged kernel takes the consumer's place: the consumer may read slots
+            // written after the matmul.
+            let consumer = plan.kernels[r].clone();
             let KernelKind::Elementwise { program } = consumer.kind else {
                 unreachable!()
             };
             let acc_input = reads[0] as u32;
-            let mut inputs = plan.kernels[k2].inputs.clone();
+            let mut inputs = plan.kernels[k].inputs.clone();
             let mut map: Vec<u32> = Vec::new();
             for (x, inp) in consumer.inputs.iter().enumerate() {
                 if x as u32 == acc_input {
@@ -692,21 +693,24 @@ impl Builder<'_> {
                     _ => inst,
                 })
                 .collect();
-            let epilogue = Program {
-                insts,
-                results: program.results,
+            let merged = Kernel {
+                kind: KernelKind::MatMul {
+                    epilogue: Some(Program {
+                        insts,
+                        results: program.results,
+                    }),
+                },
+                space: consumer.space.clone(),
+                inputs,
+                outputs: consumer.outputs.clone(),
             };
-            let mm = &mut plan.kernels[k2];
-            mm.kind = KernelKind::MatMul {
-                epilogue: Some(epilogue),
-            };
-            mm.inputs = inputs;
-            mm.outputs = consumer.outputs;
-            for c in self.cluster.iter_mut() {
-                if let Some(x) = c {
-                    if *x == r {
-                        *x = k2;
-                    } else if *x > r {
+            plan.kernels[r] = merged;
+            plan.kernels.remove(k);
+            for x in self.cluster.iter_mut().flatten() {
+                {
+                    if *x == k {
+                        *x = r - 1;
+                    } else if *x > k {
                         *x -= 1;
                     }
                 }

@@ -239,6 +239,9 @@ impl View {
                 }
             }
         }
+        if v.shape.numel() == 0 {
+            v.offset = 0; // an empty view reads nothing: keep its offset inside any buffer
+        }
         v
     }
 }

@@ -2,9 +2,11 @@
 //! folding, common-subexpression elimination by hash-consing, and dead-node elimination.
 //!
 //! Simplifications that depend on a scalar's value (`x * 1`, `x / 1`, `x - 0`, `x + -0.0`,
-//! integer `x + 0`) are sound across bindings because the scalar's class (exactly 0, -0.0 or
-//! 1) is part of the graph-cache key. `x - x → 0` and float `x + 0 → x` are *not* applied
-//! (they change NaN, inf and -0.0 results). Depends on [`crate::graph`] and `kiln-ir`.
+//! integer `x + 0`) are sound across bindings because the scalar's class (exactly 0, -0.0
+//! or 1) is part of the graph-cache key. `x - x → 0` and float `x + 0 → x` are *not*
+//! applied: they change NaN, inf and -0.0 results.
+//!
+//! Depends on [`crate::graph`] and `kiln-ir`.
 
 use crate::graph::{GNode, Graph};
 use kiln_ir::{scalar_key_value, BinaryOp, DType, Dim, Op, UnaryOp};
@@ -61,6 +63,7 @@ fn lossless(from: DType, to: DType) -> bool {
 
 /// One simplification step on node `n` (operands already rewritten): `Ok(i)` means "use
 /// existing node `i` instead", `Err(n)` the (possibly changed) node to keep.
+#[allow(clippy::result_large_err)] // `Err` is the rewritten node, not an error
 fn simplify(g: &[GNode], mut n: GNode) -> Result<u32, GNode> {
     let same_type =
         |i: u32, n: &GNode| g[i as usize].dtype == n.dtype && g[i as usize].sym == n.sym;

@@ -1,16 +1,77 @@
 //! # kiln-cpu
 //!
-//! The CPU backend. At this stage of the project it executes expressions with the reference
-//! interpreter (`kiln-reference`), so every result is exact to the oracle; the SIMD fused-kernel
-//! executor, multithreading and GEMM replace the interpreter behind the same
-//! [`kiln_compiler::Executor`] interface without changing the front end.
+//! The CPU backend: [`CpuBackend`] implements [`kiln_compiler::Backend`], executing the
+//! kernels of a compiled [`kiln_compiler::Plan`] on host memory.
 //!
-//! Depends on `kiln-ir`, `kiln-compiler` and `kiln-reference`.
+//! * **Buffers** ([`CpuBuffer`]) are typed `Vec`s, or caller data shared without a copy
+//!   (`upload` wraps the `HostData`, `download` moves the `Vec` out). Released buffers go to a
+//!   process-wide [`BufferPool`] (bucketed by dtype and size, bounded in bytes), so a plan run
+//!   repeatedly reuses warm memory.
+//! * **Elementwise programs** run in a numexpr-style blocked interpreter: each instruction is
+//!   evaluated over a block of 1024 positions into a typed scratch column, reading inputs
+//!   through their strided views (in place when contiguous).
+//! * **Reductions** fold the prologue's blocks into per-output accumulators (`f64` for float
+//!   sums, Neumaier-compensated for `f64`; wrapping `i64` for integers); **matmul** uses
+//!   `matrixmultiply` on the strided views directly; **take**, **concat** and **top-k** copy
+//!   through the views.
+//!
+//! Every op has the semantics of `kiln-reference` (the oracle): integers wrap, division by
+//! zero is an error, `maximum`/`minimum` propagate NaN, casts follow `Scalar::cast`.
+//!
+//! The [`kiln_compiler::Executor`] implementation still evaluates whole expressions with
+//! the reference interpreter; the engine (compile, cache, `run`) replaces it.
+//!
+//! Depends on `kiln-ir`, `kiln-compiler`, `kiln-reference` and `matrixmultiply`.
+//!
+//! ```
+//! use kiln_compiler::{Input, Inst, InstOp, Kernel, KernelKind, Plan, Program, Slot, BufferDesc, OutputRef, Source, View};
+//! use kiln_ir::{Bindings, DType, Dim, HostData, UnaryOp};
+//! // y = -x over a 1-D array of symbolic length.
+//! let shape: kiln_ir::SymShape = [Dim::Sym(0)].into_iter().collect();
+//! let program = Program {
+//!     insts: vec![
+//!         Inst { op: InstOp::Load(0), dtype: DType::F32 },
+//!         Inst { op: InstOp::Unary(UnaryOp::Neg, 0), dtype: DType::F32 },
+//!     ],
+//!     results: [1].into_iter().collect(),
+//! };
+//! let plan = Plan {
+//!     kernels: vec![Kernel {
+//!         kind: KernelKind::Elementwise { program },
+//!         space: shape.clone(),
+//!         inputs: vec![Input { source: Source::Param(0), dtype: DType::F32, view: View::identity(shape.clone()) }],
+//!         outputs: [0].into_iter().collect(),
+//!     }],
+//!     slots: vec![Slot { dtype: DType::F32, shape, buffer: 0 }],
+//!     buffers: vec![BufferDesc { dtype: DType::F32, slots: vec![0], output: true, last_use: 0 }],
+//!     outputs: vec![OutputRef::Slot(0)],
+//!     ..Plan::default()
+//! };
+//! let bindings = Bindings { params: vec![HostData::from(vec![1.0f32, -2.0])], dims: vec![2], ..Bindings::default() };
+//! let out = kiln_compiler::run(kiln_cpu::cpu(), &plan, &bindings).unwrap();
+//! assert_eq!(out[0].get(1), kiln_ir::Scalar::Float(2.0));
+//! ```
+#![warn(missing_docs)]
 
-use kiln_compiler::Executor;
-use kiln_ir::{HostData, LazyExpr, Result};
+mod buffer;
+mod interp;
+mod kernels;
+mod ops;
+mod source;
+mod typed;
+mod walk;
 
-/// The CPU backend.
+pub use buffer::{BufferPool, CpuBuffer, PoolStats, DEFAULT_POOL_BYTES};
+pub use typed::{TSlice, TypedVec};
+
+use kiln_compiler::{Arg, Backend, Executor, Kernel, KernelKind, Launch};
+use kiln_ir::{DType, HostData, LazyExpr, Result};
+
+/// The buffer pool shared by every [`CpuBackend`] (one host, one pool).
+static POOL: BufferPool = BufferPool::new(DEFAULT_POOL_BYTES);
+
+/// The CPU backend. It holds no state of its own (buffers are pooled process-wide, see
+/// [`CpuBackend::pool`]), so it can be a `static` or a temporary.
 ///
 /// ```
 /// use kiln_compiler::Executor;
@@ -22,6 +83,29 @@ use kiln_ir::{HostData, LazyExpr, Result};
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CpuBackend;
 
+/// The CPU backend, as a `'static` reference.
+///
+/// ```
+/// assert_eq!(kiln_compiler::Backend::name(kiln_cpu::cpu()), "cpu");
+/// ```
+pub fn cpu() -> &'static CpuBackend {
+    static CPU: CpuBackend = CpuBackend;
+    &CPU
+}
+
+impl CpuBackend {
+    /// The process-wide buffer pool (for statistics, [`BufferPool::set_limit`] and
+    /// [`BufferPool::clear`]).
+    ///
+    /// ```
+    /// let stats = kiln_cpu::CpuBackend::pool().stats();
+    /// assert!(stats.bytes <= stats.limit);
+    /// ```
+    pub fn pool() -> &'static BufferPool {
+        &POOL
+    }
+}
+
 impl Executor for CpuBackend {
     fn name(&self) -> &'static str {
         "cpu"
@@ -29,5 +113,73 @@ impl Executor for CpuBackend {
 
     fn execute(&self, expr: &LazyExpr) -> Result<Vec<HostData>> {
         kiln_reference::evaluate(expr)
+    }
+}
+
+impl Backend for CpuBackend {
+    type Buffer = CpuBuffer;
+
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn allocate(&self, dtype: DType, len: usize) -> Result<CpuBuffer> {
+        Ok(CpuBuffer::Owned(POOL.take(dtype, len)))
+    }
+
+    fn release(&self, buffer: CpuBuffer) {
+        if let CpuBuffer::Owned(v) = buffer {
+            POOL.put(v);
+        }
+    }
+
+    fn upload(&self, data: &HostData) -> Result<CpuBuffer> {
+        Ok(CpuBuffer::Shared(data.clone()))
+    }
+
+    fn download(&self, buffer: CpuBuffer, dtype: DType, len: usize) -> Result<HostData> {
+        if buffer.dtype() != dtype || buffer.len() < len {
+            return Err(walk::internal(format!(
+                "download of {len} {dtype} elements from a buffer of {} {}",
+                buffer.len(),
+                buffer.dtype()
+            )));
+        }
+        Ok(match buffer {
+            CpuBuffer::Owned(v) => v.into_host(len),
+            CpuBuffer::Shared(d) if d.len() == len => d,
+            CpuBuffer::Shared(d) => {
+                TypedVec::from_slice(TSlice::of_host(&d).range(0, len)).into_host(len)
+            }
+        })
+    }
+
+    fn launch(
+        &self,
+        kernel: &Kernel,
+        launch: &Launch<'_>,
+        inputs: &[Arg<'_, CpuBuffer>],
+        outputs: &mut [CpuBuffer],
+    ) -> Result<()> {
+        use kernels::*;
+        match &kernel.kind {
+            KernelKind::Elementwise { program } => {
+                elementwise::run(kernel, program, launch, inputs, outputs)
+            }
+            KernelKind::Reduce { program, op, axes } => {
+                reduce::run(kernel, program, *op, axes, launch, inputs, outputs)
+            }
+            KernelKind::ArgReduce { program, op, axis } => {
+                reduce::run_arg(kernel, program, *op, *axis, launch, inputs, outputs)
+            }
+            KernelKind::MatMul { epilogue } => {
+                matmul::run(kernel, epilogue.as_ref(), launch, inputs, outputs, &POOL)
+            }
+            KernelKind::Take { axis } => gather::take(kernel, *axis, launch, inputs, outputs),
+            KernelKind::TopK { k, indices } => {
+                gather::top_k(kernel, *k, indices, launch, inputs, outputs)
+            }
+            KernelKind::Concat { axis } => gather::concat(kernel, *axis, launch, inputs, outputs),
+        }
     }
 }

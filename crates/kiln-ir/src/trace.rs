@@ -193,8 +193,8 @@ pub struct Trace {
 fn scalar_class(s: Scalar) -> u64 {
     match s {
         Scalar::Float(x) if x == 0.0 && x.is_sign_negative() => 1,
-        Scalar::Float(x) if x == 0.0 => 2,
-        Scalar::Float(x) if x == 1.0 => 3,
+        Scalar::Float(0.0) => 2,
+        Scalar::Float(1.0) => 3,
         Scalar::Int(0) | Scalar::Bool(false) => 2,
         Scalar::Int(1) | Scalar::Bool(true) => 3,
         _ => 0,

@@ -1,15 +1,30 @@
-//! Evaluation: lowering the arrays that need values to one [`LazyExpr`], running it on the
-//! backend, and storing each result in its node.
+//! Evaluation: the arrays that need values are traced together, their compiled plan is
+//! taken from the graph cache (or compiled), run on the backend, and each result is stored in
+//! its node. Also the cache controls and the inspector.
 //!
-//! Depends on `kiln-ir`, `kiln-compiler` (the `Executor` interface) and `kiln-cpu`.
+//! `KILN_CACHE_CAPACITY=n` sets the initial cache bound; `KILN_LOG_COMPILES=1` logs each
+//! compile with its reason; `KILN_DUMP_DIR=dir` writes DOT files of each compiled graph.
+//! Depends on `kiln-ir`, `kiln-compiler` and `kiln-cpu`.
 
 use crate::Array;
-use kiln_compiler::Executor;
+use kiln_compiler::{CacheStats, Engine, Report};
+use kiln_cpu::CpuBackend;
 use kiln_ir::{LazyExpr, NodeRef, Result};
+use std::sync::OnceLock;
 
-fn executor() -> &'static dyn Executor {
-    static CPU: kiln_cpu::CpuBackend = kiln_cpu::CpuBackend;
-    &CPU
+/// The default bound of the graph cache (plans).
+pub const DEFAULT_CACHE_CAPACITY: usize = kiln_compiler::DEFAULT_CAPACITY;
+
+#[allow(clippy::default_constructed_unit_structs)] // the backend may gain state (a pool)
+fn engine() -> &'static Engine<CpuBackend> {
+    static ENGINE: OnceLock<Engine<CpuBackend>> = OnceLock::new();
+    ENGINE.get_or_init(|| {
+        let cap = std::env::var("KILN_CACHE_CAPACITY")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(DEFAULT_CACHE_CAPACITY);
+        Engine::new(CpuBackend::default(), cap)
+    })
 }
 
 /// Evaluates several arrays in one pass, so work they share is done once.
@@ -34,8 +49,7 @@ pub fn eval(arrays: &[&Array]) -> Result<()> {
     if pending.is_empty() {
         return Ok(());
     }
-    let expr = LazyExpr::from_roots(&pending);
-    let values = executor().execute(&expr)?;
+    let values = engine().evaluate(&pending)?;
     for (node, value) in pending.into_iter().zip(values) {
         node.set_value(value);
     }
@@ -54,4 +68,77 @@ pub fn eval(arrays: &[&Array]) -> Result<()> {
 pub fn lower(arrays: &[&Array]) -> LazyExpr {
     let nodes: Vec<&NodeRef> = arrays.iter().map(|a| &a.node).collect();
     LazyExpr::from_roots(&nodes)
+}
+
+/// The graph cache's counters: hits, misses, evictions, compile time, and the reason of each
+/// recent miss.
+///
+/// ```
+/// let a = kiln::Array::from_vec(vec![1.0f32, 2.0], &[2])?;
+/// let before = kiln::cache_stats();
+/// (&a * 2.0).eval()?;
+/// (&a * 3.0).eval()?; // same structure, new scalar: a hit
+/// let after = kiln::cache_stats();
+/// assert!(after.hits + after.misses >= before.hits + before.misses + 2);
+/// # Ok::<(), kiln::Error>(())
+/// ```
+pub fn cache_stats() -> CacheStats {
+    engine().cache().stats()
+}
+
+/// Sets the graph cache's bound (plans), evicting the least recently used if needed.
+///
+/// ```
+/// kiln::set_cache_capacity(128);
+/// assert_eq!(kiln::cache_stats().capacity, 128);
+/// kiln::set_cache_capacity(kiln::DEFAULT_CACHE_CAPACITY);
+/// ```
+pub fn set_cache_capacity(capacity: usize) {
+    engine().cache().set_capacity(capacity)
+}
+
+/// Empties the graph cache and resets its counters.
+///
+/// ```
+/// kiln::clear_cache();
+/// ```
+pub fn clear_cache() {
+    engine().cache().clear()
+}
+
+/// What evaluating `arrays` together would do, without running it: the kernels and what each
+/// fused, the allocations, peak bytes, bytes read and written, and DOT graphs before and after
+/// the compiler's passes (fused groups drawn as clusters).
+#[derive(Clone, Debug)]
+pub struct Inspection {
+    /// Kernel-level figures for the arrays' current sizes.
+    pub report: Report,
+    /// DOT of the graph before the passes.
+    pub dot_before: String,
+    /// DOT of the graph after the passes.
+    pub dot_after: String,
+}
+
+/// Inspects the plan for `arrays` (compiling it if needed; evaluating nothing).
+///
+/// ```
+/// use kiln::Array;
+/// let n = 1 << 10;
+/// let v = |x: f32| Array::from_vec(vec![x; n], &[n]).unwrap();
+/// let (a, b, c, d) = (v(1.0), v(2.0), v(3.0), v(4.0));
+/// let y = (&a * &b + &c) * &d - &a;
+/// let i = kiln::inspect(&[&y])?;
+/// assert_eq!(i.report.kernels.len(), 1);  // one fused pass
+/// assert_eq!(i.report.allocations, 1);    // the output
+/// assert!(!y.is_evaluated());
+/// # Ok::<(), kiln::Error>(())
+/// ```
+pub fn inspect(arrays: &[&Array]) -> Result<Inspection> {
+    let nodes: Vec<&NodeRef> = arrays.iter().map(|a| &a.node).collect();
+    let (report, c) = engine().inspect(&nodes)?;
+    Ok(Inspection {
+        report,
+        dot_before: c.dot_before(),
+        dot_after: c.dot_after(),
+    })
 }

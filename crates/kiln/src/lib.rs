@@ -38,7 +38,11 @@ mod ops;
 mod reduce;
 
 pub use array::Array;
-pub use eval::{eval, lower};
+pub use eval::{
+    cache_stats, clear_cache, eval, inspect, lower, set_cache_capacity, Inspection,
+    DEFAULT_CACHE_CAPACITY,
+};
+pub use kiln_compiler::{CacheStats, KernelReport, MissReason, MissRecord, Report};
 pub use kiln_ir::build::SliceArg;
 pub use kiln_ir::{
     ArgReduceOp, BinaryOp, DType, Element, Error, LazyExpr, ReduceOp, Result, Scalar, Shared,

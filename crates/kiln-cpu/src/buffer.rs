@@ -1,0 +1,322 @@
+//! Buffers and the buffer pool.
+//!
+//! A [`CpuBuffer`] is either an owned typed `Vec` (what kernels write) or a shared handle on
+//! caller data (what `upload` returns, without copying). Released owned buffers go to a
+//! [`BufferPool`]: size-bucketed free lists per dtype, bounded in total bytes, so repeated
+//! runs of a plan reuse warm pages instead of faulting in fresh ones.
+//!
+//! Depends on [`crate::typed`] and `kiln-ir`.
+
+use crate::typed::{TSlice, TSliceMut, TypedVec};
+use kiln_ir::{DType, HostData};
+use std::sync::Mutex;
+
+/// A CPU buffer: owned storage, or caller data shared without a copy.
+#[derive(Debug)]
+pub enum CpuBuffer {
+    /// Storage owned by the backend (from [`BufferPool::take`]).
+    Owned(TypedVec),
+    /// Host data shared with the caller (read-only).
+    Shared(HostData),
+}
+
+impl CpuBuffer {
+    /// The dtype.
+    pub fn dtype(&self) -> DType {
+        match self {
+            CpuBuffer::Owned(v) => v.dtype(),
+            CpuBuffer::Shared(d) => d.dtype(),
+        }
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            CpuBuffer::Owned(v) => v.len(),
+            CpuBuffer::Shared(d) => d.len(),
+        }
+    }
+
+    /// True if empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The elements.
+    pub fn as_slice(&self) -> TSlice<'_> {
+        match self {
+            CpuBuffer::Owned(v) => v.as_slice(),
+            CpuBuffer::Shared(d) => TSlice::of_host(d),
+        }
+    }
+
+    /// The elements, mutably; shared data is copied into owned storage first (kernels only
+    /// write buffers they allocated, so this copy does not happen in a well-formed plan).
+    pub fn as_mut_slice(&mut self) -> TSliceMut<'_> {
+        if let CpuBuffer::Shared(d) = self {
+            *self = CpuBuffer::Owned(TypedVec::from_slice(TSlice::of_host(d)));
+        }
+        match self {
+            CpuBuffer::Owned(v) => v.as_mut_slice(),
+            CpuBuffer::Shared(_) => unreachable!("made owned above"),
+        }
+    }
+}
+
+/// Number of size classes (class `c` holds capacities in `2^c..2^(c+1)` elements).
+const CLASSES: usize = usize::BITS as usize;
+
+/// Default bound on the bytes held by a pool.
+pub const DEFAULT_POOL_BYTES: usize = 512 << 20;
+
+#[derive(Debug)]
+struct PoolInner {
+    /// Free vectors per dtype (in `DType::ALL` order) and size class.
+    free: [[Vec<TypedVec>; CLASSES]; 5],
+    /// Bytes of capacity held.
+    bytes: usize,
+    /// Bound on `bytes`.
+    limit: usize,
+    /// Allocations served from the pool.
+    hits: u64,
+    /// Allocations that needed fresh memory.
+    misses: u64,
+}
+
+/// Counters of a [`BufferPool`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Bytes of capacity currently held.
+    pub bytes: usize,
+    /// Bound on `bytes`.
+    pub limit: usize,
+    /// Vectors currently held.
+    pub buffers: usize,
+    /// Allocations served from the pool.
+    pub hits: u64,
+    /// Allocations that needed fresh memory.
+    pub misses: u64,
+}
+
+/// A thread-safe pool of released typed vectors, bucketed by dtype and power-of-two
+/// capacity class, holding at most `limit` bytes (a released vector that does not fit is
+/// freed). An allocation of `len` elements reuses a vector of capacity `len..=2*len`, so a
+/// downloaded output never carries more than twice its size.
+///
+/// ```
+/// use kiln_cpu::BufferPool;
+/// use kiln_ir::DType;
+/// let pool = BufferPool::new(1 << 20);
+/// let v = pool.take(DType::F32, 1000);
+/// assert_eq!(v.len(), 1000);
+/// pool.put(v);
+/// let w = pool.take(DType::F32, 900); // reuses the same storage
+/// assert_eq!((w.len(), pool.stats().hits), (900, 1));
+/// ```
+#[derive(Debug)]
+pub struct BufferPool {
+    inner: Mutex<PoolInner>,
+}
+
+fn dtype_index(d: DType) -> usize {
+    match d {
+        DType::Bool => 0,
+        DType::I32 => 1,
+        DType::I64 => 2,
+        DType::F32 => 3,
+        DType::F64 => 4,
+    }
+}
+
+fn class_of(cap: usize) -> usize {
+    (usize::BITS - 1 - cap.max(1).leading_zeros()) as usize
+}
+
+impl BufferPool {
+    /// An empty pool holding at most `limit` bytes.
+    pub const fn new(limit: usize) -> BufferPool {
+        BufferPool {
+            inner: Mutex::new(PoolInner {
+                free: [const { [const { Vec::new() }; CLASSES] }; 5],
+                bytes: 0,
+                limit,
+                hits: 0,
+                misses: 0,
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, PoolInner> {
+        // A panic while holding the lock leaves the lists consistent (each operation is a
+        // push or a pop), so a poisoned lock is safe to reuse.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A vector of `len` elements of `dtype` (contents unspecified).
+    pub fn take(&self, dtype: DType, len: usize) -> TypedVec {
+        if len > 0 {
+            let found = {
+                let mut p = self.lock();
+                let c = class_of(len);
+                let lists = &mut p.free[dtype_index(dtype)];
+                let mut found = None;
+                for class in [c, c + 1] {
+                    if class >= CLASSES {
+                        break;
+                    }
+                    let list = &mut lists[class];
+                    if let Some(i) = list
+                        .iter()
+                        .rposition(|v| v.capacity() >= len && v.capacity() <= 2 * len)
+                    {
+                        found = Some(list.swap_remove(i));
+                        break;
+                    }
+                }
+                match &found {
+                    Some(v) => {
+                        p.bytes -= v.capacity() * dtype.size_bytes();
+                        p.hits += 1;
+                    }
+                    None => p.misses += 1,
+                }
+                found
+            };
+            if let Some(mut v) = found {
+                v.set_len_zeroed(len);
+                return v;
+            }
+        }
+        TypedVec::zeros(dtype, len)
+    }
+
+    /// Hands a vector back; it is kept if the pool has room.
+    pub fn put(&self, v: TypedVec) {
+        let cap = v.capacity();
+        if cap == 0 {
+            return;
+        }
+        let bytes = cap * v.dtype().size_bytes();
+        let mut p = self.lock();
+        if p.bytes + bytes > p.limit {
+            drop(p);
+            drop(v); // freed outside the lock
+            return;
+        }
+        p.bytes += bytes;
+        p.free[dtype_index(v.dtype())][class_of(cap)].push(v);
+    }
+
+    /// Frees every pooled vector.
+    pub fn clear(&self) {
+        let taken: Vec<TypedVec> = {
+            let mut p = self.lock();
+            p.bytes = 0;
+            p.free
+                .iter_mut()
+                .flat_map(|l| l.iter_mut())
+                .flat_map(std::mem::take)
+                .collect()
+        };
+        drop(taken);
+    }
+
+    /// Changes the bound (vectors beyond it are freed).
+    pub fn set_limit(&self, limit: usize) {
+        let mut freed = Vec::new();
+        {
+            let mut p = self.lock();
+            p.limit = limit;
+            'outer: for class in (0..CLASSES).rev() {
+                for d in 0..5 {
+                    while p.bytes > limit {
+                        let Some(v) = p.free[d][class].pop() else {
+                            break;
+                        };
+                        p.bytes -= v.capacity() * v.dtype().size_bytes();
+                        freed.push(v);
+                    }
+                    if p.bytes <= limit {
+                        break 'outer;
+                    }
+                }
+            }
+        }
+        drop(freed);
+    }
+
+    /// The pool's counters.
+    pub fn stats(&self) -> PoolStats {
+        let p = self.lock();
+        PoolStats {
+            bytes: p.bytes,
+            limit: p.limit,
+            buffers: p.free.iter().flat_map(|l| l.iter()).map(Vec::len).sum(),
+            hits: p.hits,
+            misses: p.misses,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reuses_by_dtype_and_size() {
+        let pool = BufferPool::new(1 << 20);
+        let a = pool.take(DType::F64, 100);
+        pool.put(a);
+        assert_eq!(pool.stats().bytes, 800);
+        // Other dtype, much smaller or larger: fresh.
+        let _ = pool.take(DType::F32, 100);
+        let _ = pool.take(DType::F64, 10);
+        let _ = pool.take(DType::F64, 1000);
+        assert_eq!(pool.stats().hits, 0);
+        let b = pool.take(DType::F64, 60);
+        assert_eq!((b.len(), b.capacity()), (60, 100));
+        assert_eq!(
+            pool.stats(),
+            PoolStats {
+                bytes: 0,
+                limit: 1 << 20,
+                buffers: 0,
+                hits: 1,
+                misses: 4
+            }
+        );
+    }
+
+    #[test]
+    fn stays_within_its_limit() {
+        let pool = BufferPool::new(1000);
+        pool.put(TypedVec::zeros(DType::F32, 200)); // 800 bytes
+        pool.put(TypedVec::zeros(DType::F32, 100)); // would exceed: freed
+        assert_eq!(pool.stats().bytes, 800);
+        assert_eq!(pool.stats().buffers, 1);
+        pool.set_limit(100);
+        assert_eq!(pool.stats().bytes, 0);
+        pool.put(TypedVec::zeros(DType::Bool, 50));
+        pool.clear();
+        assert_eq!(pool.stats().buffers, 0);
+    }
+
+    #[test]
+    fn is_shared_between_threads() {
+        let pool = BufferPool::new(1 << 24);
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for i in 0..200 {
+                        let v = pool.take(DType::I32, 100 + i % 7);
+                        assert_eq!(v.len(), 100 + i % 7);
+                        pool.put(v);
+                    }
+                });
+            }
+        });
+        let st = pool.stats();
+        // At most one vector per thread and length.
+        assert!(st.hits > 700 && st.buffers <= 4 * 7, "{st:?}");
+    }
+}

@@ -1,0 +1,325 @@
+//! The blocked program interpreter (numexpr style).
+//!
+//! A [`Program`] is evaluated over a block of consecutive positions of the kernel's
+//! iteration space at a time: each instruction runs over the whole block, reading its
+//! operands' columns and writing its own typed column (a *register*, [`BLOCK`] elements).
+//! Registers are assigned once per launch with a liveness scan, so a long program touches
+//! only as many columns as it has live values; scalar registers are filled once. A `Load`
+//! of a contiguous buffer view of the right dtype reads the buffer in place (no copy).
+//!
+//! A block's positions are independent of every other block's, so ranges of blocks can run
+//! on different threads, each with its own [`Interp`] (registers), later.
+//!
+//! Depends on [`crate::ops`], [`crate::source`], [`crate::typed`], `kiln-compiler`.
+
+use crate::ops;
+use crate::source::Src;
+use crate::typed::{copy_cast, TSlice, TSliceMut, TypedVec};
+use crate::walk::internal;
+use kiln_compiler::{InstOp, Program};
+use kiln_ir::{DType, Result, Scalar};
+
+/// Positions per block.
+pub const BLOCK: usize = 1024;
+
+/// Where a value lives during a block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Loc {
+    /// Register `r`, positions `0..n`.
+    Reg(usize),
+    /// Source `s`, read in place (contiguous buffer data).
+    Direct(usize),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Step {
+    /// The instruction.
+    inst: usize,
+    /// Its register (unused for `Direct` loads).
+    out: usize,
+    /// A scratch register of the op's natural dtype when the instruction's declared dtype
+    /// differs (the result is then cast).
+    tmp: Option<usize>,
+}
+
+/// A compiled program with its registers.
+#[derive(Debug)]
+pub struct Interp<'p> {
+    program: &'p Program,
+    /// Source read by `InstOp::Acc` (matmul epilogues).
+    acc: Option<usize>,
+    locs: Vec<Loc>,
+    steps: Vec<Step>,
+    regs: Vec<TypedVec>,
+    /// Values of `Scalar` instructions, converted to their dtype.
+    scalar_vals: Vec<Option<Scalar>>,
+    scalars_filled: bool,
+}
+
+impl<'p> Interp<'p> {
+    /// Compiles `program` for sources `srcs` (each of which walks `numel` positions) and the
+    /// scalar table. `acc` is the source `InstOp::Acc` reads.
+    pub fn new(
+        program: &'p Program,
+        srcs: &[Src<'_>],
+        acc: Option<usize>,
+        scalars: &[Scalar],
+        numel: usize,
+    ) -> Result<Self> {
+        let insts = &program.insts;
+        let bad = |i: usize, what: String| {
+            internal(format!(
+                "program instruction {i} ({:?}): {what}",
+                insts[i].op
+            ))
+        };
+        // Validate and compute each instruction's natural dtype.
+        let mut natural = Vec::with_capacity(insts.len());
+        let mut scalar_vals = vec![None; insts.len()];
+        for (i, inst) in insts.iter().enumerate() {
+            let operand = |v: u32| -> Result<DType> {
+                if (v as usize) < i {
+                    Ok(insts[v as usize].dtype)
+                } else {
+                    Err(bad(i, format!("operand {v} is not an earlier value")))
+                }
+            };
+            let src = |s: usize| -> Result<DType> {
+                let src = srcs.get(s).ok_or_else(|| bad(i, format!("no input {s}")))?;
+                if src.walk.numel != numel {
+                    return Err(bad(
+                        i,
+                        format!(
+                            "input {s} is viewed over {} positions, the space has {numel}",
+                            src.walk.numel
+                        ),
+                    ));
+                }
+                Ok(src.dtype)
+            };
+            let nat = match inst.op {
+                InstOp::Load(s) => src(s as usize)?,
+                InstOp::Acc => src(acc.ok_or_else(|| bad(i, "no accumulator here".into()))?)?,
+                InstOp::Scalar(s) => {
+                    let v = scalars
+                        .get(s as usize)
+                        .ok_or_else(|| bad(i, format!("no scalar {s}")))?;
+                    scalar_vals[i] = Some(v.cast(inst.dtype));
+                    inst.dtype
+                }
+                InstOp::Unary(op, x) => ops::unary_dtype(op, operand(x)?),
+                InstOp::Binary(op, a, b) => {
+                    let (da, db) = (operand(a)?, operand(b)?);
+                    if da != db && !op.is_predicate() {
+                        return Err(bad(i, format!("operand dtypes {da} and {db}")));
+                    }
+                    ops::binary_dtype(op, da)
+                }
+                InstOp::Where(c, a, b) => {
+                    operand(c)?;
+                    let (da, db) = (operand(a)?, operand(b)?);
+                    if da != db {
+                        return Err(bad(i, format!("branch dtypes {da} and {db}")));
+                    }
+                    da
+                }
+                InstOp::Cast(x) => {
+                    operand(x)?;
+                    inst.dtype
+                }
+            };
+            natural.push(nat);
+        }
+        for &r in &program.results {
+            if r as usize >= insts.len() {
+                return Err(internal(format!(
+                    "program result {r} of {} instructions",
+                    insts.len()
+                )));
+            }
+        }
+        // Liveness: the last instruction reading each value (results live to the end).
+        let mut last_use = vec![0usize; insts.len()];
+        for (i, inst) in insts.iter().enumerate() {
+            for v in operands(&inst.op) {
+                last_use[v as usize] = i;
+            }
+        }
+        for &r in &program.results {
+            last_use[r as usize] = usize::MAX;
+        }
+        // Register assignment (registers hold a block, or the whole space if smaller).
+        let block = numel.min(BLOCK);
+        let mut regs: Vec<TypedVec> = Vec::new();
+        let mut free: Vec<usize> = Vec::new();
+        // Scalar registers are filled once and kept for the whole launch: they are never
+        // shared with another value.
+        let alloc =
+            |dt: DType, shared: bool, regs: &mut Vec<TypedVec>, free: &mut Vec<usize>| -> usize {
+                if let Some(p) = free.iter().position(|&r| shared && regs[r].dtype() == dt) {
+                    return free.swap_remove(p);
+                }
+                regs.push(TypedVec::zeros(dt, block));
+                regs.len() - 1
+            };
+        let mut locs = Vec::with_capacity(insts.len());
+        let mut steps = Vec::with_capacity(insts.len());
+        for (i, inst) in insts.iter().enumerate() {
+            let direct = match inst.op {
+                InstOp::Load(s) => Some(s as usize),
+                InstOp::Acc => acc,
+                _ => None,
+            }
+            .filter(|&s| srcs[s].dtype == inst.dtype && srcs[s].direct().is_some());
+            if let Some(s) = direct {
+                locs.push(Loc::Direct(s));
+                continue;
+            }
+            let is_scalar = matches!(inst.op, InstOp::Scalar(_));
+            let out = alloc(inst.dtype, !is_scalar, &mut regs, &mut free);
+            let tmp =
+                (natural[i] != inst.dtype).then(|| alloc(natural[i], true, &mut regs, &mut free));
+            locs.push(Loc::Reg(out));
+            steps.push(Step { inst: i, out, tmp });
+            if let Some(t) = tmp {
+                free.push(t);
+            }
+            let mut seen: [Option<u32>; 3] = [None; 3];
+            for (k, v) in operands(&inst.op).enumerate() {
+                if seen.contains(&Some(v)) {
+                    continue;
+                }
+                seen[k] = Some(v);
+                let v = v as usize;
+                if last_use[v] == i && !matches!(insts[v].op, InstOp::Scalar(_)) {
+                    if let Loc::Reg(r) = locs[v] {
+                        free.push(r);
+                    }
+                }
+            }
+        }
+        Ok(Interp {
+            program,
+            acc,
+            locs,
+            steps,
+            regs,
+            scalar_vals,
+            scalars_filled: false,
+        })
+    }
+
+    /// Evaluates every instruction over positions `start..start + n` (`n <= BLOCK`).
+    /// `outs` are the kernel's outputs, read by in-place (aliased) inputs.
+    pub fn eval(
+        &mut self,
+        srcs: &[Src<'_>],
+        outs: &[TSliceMut<'_>],
+        start: usize,
+        n: usize,
+    ) -> Result<()> {
+        debug_assert!(n <= BLOCK);
+        let program = self.program;
+        let insts = &program.insts;
+        for si in 0..self.steps.len() {
+            let Step { inst, out, tmp } = self.steps[si];
+            let op = &insts[inst].op;
+            if let InstOp::Scalar(_) = op {
+                if !self.scalars_filled {
+                    let v = self.scalar_vals[inst].expect("set for scalars");
+                    fill_scalar(&mut self.regs[out], v);
+                }
+                continue;
+            }
+            let target = tmp.unwrap_or(out);
+            let mut dst = std::mem::take(&mut self.regs[target]);
+            let res = match *op {
+                InstOp::Load(_) | InstOp::Acc => {
+                    let s = match *op {
+                        InstOp::Load(s) => s as usize,
+                        _ => self.acc.expect("checked in new"),
+                    };
+                    srcs[s].read_own(start, dst.as_mut_slice().range(0, n), outs);
+                    Ok(())
+                }
+                InstOp::Unary(uop, x) => ops::unary(uop, self.value(x, srcs, start, n), &mut dst),
+                InstOp::Binary(bop, a, b) => ops::binary(
+                    bop,
+                    self.value(a, srcs, start, n),
+                    self.value(b, srcs, start, n),
+                    &mut dst,
+                ),
+                InstOp::Where(c, a, b) => ops::select(
+                    self.value(c, srcs, start, n),
+                    self.value(a, srcs, start, n),
+                    self.value(b, srcs, start, n),
+                    &mut dst,
+                ),
+                InstOp::Cast(x) => {
+                    copy_cast(
+                        self.value(x, srcs, start, n),
+                        dst.as_mut_slice().range(0, n),
+                    );
+                    Ok(())
+                }
+                InstOp::Scalar(_) => unreachable!("handled above"),
+            };
+            if tmp.is_some() {
+                let mut o = std::mem::take(&mut self.regs[out]);
+                copy_cast(dst.as_slice().range(0, n), o.as_mut_slice().range(0, n));
+                self.regs[out] = o;
+            }
+            self.regs[target] = dst;
+            res?;
+        }
+        self.scalars_filled = true;
+        Ok(())
+    }
+
+    /// Value `v` (an instruction index) over the current block.
+    pub fn value<'s>(&'s self, v: u32, srcs: &'s [Src<'_>], start: usize, n: usize) -> TSlice<'s> {
+        match self.locs[v as usize] {
+            Loc::Reg(r) => self.regs[r].as_slice().range(0, n),
+            Loc::Direct(s) => srcs[s]
+                .direct()
+                .expect("direct sources are contiguous data")
+                .range(start, start + n),
+        }
+    }
+
+    /// Result `j` of the program over the current block.
+    pub fn result<'s>(
+        &'s self,
+        j: usize,
+        srcs: &'s [Src<'_>],
+        start: usize,
+        n: usize,
+    ) -> TSlice<'s> {
+        self.value(self.program.results[j], srcs, start, n)
+    }
+
+    /// The declared dtype of result `j`.
+    pub fn result_dtype(&self, j: usize) -> DType {
+        self.program.insts[self.program.results[j] as usize].dtype
+    }
+
+    /// Number of results.
+    pub fn results(&self) -> usize {
+        self.program.results.len()
+    }
+}
+
+fn operands(op: &InstOp) -> impl Iterator<Item = u32> {
+    let (a, b, c) = match *op {
+        InstOp::Load(_) | InstOp::Scalar(_) | InstOp::Acc => (None, None, None),
+        InstOp::Unary(_, x) | InstOp::Cast(x) => (Some(x), None, None),
+        InstOp::Binary(_, x, y) => (Some(x), Some(y), None),
+        InstOp::Where(c, x, y) => (Some(c), Some(x), Some(y)),
+    };
+    [a, b, c].into_iter().flatten()
+}
+
+fn fill_scalar(reg: &mut TypedVec, v: Scalar) {
+    use crate::typed::{with_variant, Elem};
+    with_variant!(reg, TypedVec, r => r.fill(Elem::from_scalar(v)))
+}

@@ -1,0 +1,453 @@
+//! `KernelKind::MatMul`: batched `[.., m, k] @ [.., k, n]` over strided views (no copies:
+//! `matrixmultiply` takes arbitrary row/column strides, including 0 and negative), then the
+//! optional epilogue run elementwise over the product.
+
+use super::elementwise::{check_outputs, run_blocks};
+use crate::buffer::{BufferPool, CpuBuffer};
+use crate::interp::Interp;
+use crate::ops::Int;
+use crate::source::{self, AliasPolicy, Src, SrcKind};
+use crate::typed::{copy_cast, TSlice, TSliceMut, TypedVec};
+use crate::walk::{internal, Walk};
+use kiln_compiler::{Arg, Kernel, Launch, Program, Strided};
+use kiln_ir::Result;
+use smallvec::SmallVec;
+
+/// One operand: its data with the strides and offset of its `[.., rows, cols]` view.
+struct Operand<'a> {
+    data: TSlice<'a>,
+    strides: SmallVec<[isize; 4]>,
+    offset: isize,
+}
+
+/// Runs a matmul kernel.
+pub fn run(
+    kernel: &Kernel,
+    epilogue: Option<&Program>,
+    launch: &Launch<'_>,
+    inputs: &[Arg<'_, CpuBuffer>],
+    outputs: &mut [CpuBuffer],
+    pool: &BufferPool,
+) -> Result<()> {
+    let space = launch.space.dims();
+    let r = space.len();
+    if r < 2 || launch.views.len() < 2 {
+        return Err(internal(format!(
+            "matmul over the space {} with {} inputs",
+            launch.space,
+            launch.views.len()
+        )));
+    }
+    let (m, n) = (space[r - 2], space[r - 1]);
+    let (va, vb) = (&launch.views[0], &launch.views[1]);
+    let k = va.shape.0.last().copied().unwrap_or(0);
+    let shapes_ok = va.shape.rank() == r
+        && vb.shape.rank() == r
+        && va.shape.0[..r - 2] == space[..r - 2]
+        && vb.shape.0[..r - 2] == space[..r - 2]
+        && va.shape.0[r - 2] == m
+        && vb.shape.0[r - 2] == k
+        && vb.shape.0[r - 1] == n;
+    if !shapes_ok {
+        return Err(internal(format!(
+            "matmul of {} and {} into {}",
+            va.shape, vb.shape, launch.space
+        )));
+    }
+    let numel = launch.space.numel();
+    check_outputs(outputs, 1, numel)?;
+    // The product is written before the epilogue reads anything, so operands aliased with
+    // the output are copied first; epilogue inputs are read block by block as elementwise.
+    let snaps = source::snapshots(
+        launch,
+        inputs,
+        outputs,
+        |i| {
+            if i < 2 {
+                AliasPolicy::Snapshot
+            } else {
+                AliasPolicy::InPlace
+            }
+        },
+        None,
+    );
+    let srcs = source::build(kernel, launch, inputs, &snaps, outputs, None)?;
+    let dt = srcs[0].dtype;
+    if srcs[1].dtype != dt {
+        return Err(internal(format!("matmul of {} and {}", dt, srcs[1].dtype)));
+    }
+    // Virtual operands are generated into contiguous storage.
+    let mat_a = materialize_virtual(&srcs[0]);
+    let mat_b = materialize_virtual(&srcs[1]);
+    let a = operand(&srcs[0], va, mat_a.as_ref());
+    let b = operand(&srcs[1], vb, mat_b.as_ref());
+    let dims = Dims {
+        batch: &space[..r - 2],
+        m,
+        k,
+        n,
+    };
+
+    match epilogue {
+        None if outputs[0].dtype() == dt => {
+            product(&dims, &a, &b, outputs[0].as_mut_slice().range(0, numel));
+            Ok(())
+        }
+        None => {
+            let mut tmp = pool.take(dt, numel);
+            product(&dims, &a, &b, tmp.as_mut_slice());
+            copy_cast(tmp.as_slice(), outputs[0].as_mut_slice().range(0, numel));
+            pool.put(tmp);
+            Ok(())
+        }
+        Some(program) => {
+            let mut tmp = pool.take(dt, numel);
+            product(&dims, &a, &b, tmp.as_mut_slice());
+            let result = epilogue_run(program, launch, &srcs, &tmp, outputs, numel);
+            pool.put(tmp);
+            result
+        }
+    }
+}
+
+fn epilogue_run(
+    program: &Program,
+    launch: &Launch<'_>,
+    srcs: &[Src<'_>],
+    acc: &TypedVec,
+    outputs: &mut [CpuBuffer],
+    numel: usize,
+) -> Result<()> {
+    let mut esrcs: Vec<Src<'_>> = srcs.to_vec();
+    esrcs.push(Src {
+        kind: SrcKind::Data(acc.as_slice()),
+        dtype: acc.dtype(),
+        walk: Walk::contiguous(numel, 0),
+    });
+    let mut interp = Interp::new(program, &esrcs, Some(srcs.len()), launch.scalars, numel)?;
+    if interp.results() != 1 {
+        return Err(internal(format!(
+            "a matmul epilogue with {} results",
+            interp.results()
+        )));
+    }
+    let mut outs: Vec<TSliceMut<'_>> = outputs.iter_mut().map(|b| b.as_mut_slice()).collect();
+    run_blocks(&mut interp, &esrcs, &mut outs, 0, numel)
+}
+
+fn materialize_virtual(src: &Src<'_>) -> Option<TypedVec> {
+    match src.kind {
+        SrcKind::Data(_) => None,
+        _ => Some(src.materialize(&[])),
+    }
+}
+
+fn operand<'a>(src: &Src<'a>, view: &Strided, mat: Option<&'a TypedVec>) -> Operand<'a> {
+    match (src.kind, mat) {
+        (SrcKind::Data(d), _) => Operand {
+            data: d,
+            strides: view.strides.clone(),
+            offset: view.offset,
+        },
+        (_, Some(v)) => Operand {
+            data: v.as_slice(),
+            strides: Strided::contiguous(view.shape.clone()).strides,
+            offset: 0,
+        },
+        _ => unreachable!("virtual operands are materialized"),
+    }
+}
+
+struct Dims<'a> {
+    batch: &'a [usize],
+    m: usize,
+    k: usize,
+    n: usize,
+}
+
+/// `c = a @ b` for every batch index (`c` contiguous `[.., m, n]`).
+fn product(d: &Dims<'_>, a: &Operand<'_>, b: &Operand<'_>, c: TSliceMut<'_>) {
+    let (m, k, n) = (d.m, d.k, d.n);
+    let mn = m * n;
+    if mn == 0 {
+        return;
+    }
+    let nb = d.batch.len();
+    let nbatch: usize = d.batch.iter().product();
+    let mut bi: SmallVec<[usize; 4]> = SmallVec::from_elem(0, nb);
+    let (mut aoff, mut boff) = (a.offset, b.offset);
+    let (rsa, csa) = (a.strides[nb], a.strides[nb + 1]);
+    let (rsb, csb) = (b.strides[nb], b.strides[nb + 1]);
+    let mut c = c;
+    for t in 0..nbatch {
+        let g = Gemm {
+            m,
+            k,
+            n,
+            aoff,
+            rsa,
+            csa,
+            boff,
+            rsb,
+            csb,
+        };
+        match (a.data, b.data, c.range(t * mn, (t + 1) * mn)) {
+            (TSlice::F32(x), TSlice::F32(y), TSliceMut::F32(z)) => g.sgemm(x, y, z),
+            (TSlice::F64(x), TSlice::F64(y), TSliceMut::F64(z)) => g.dgemm(x, y, z),
+            (TSlice::I32(x), TSlice::I32(y), TSliceMut::I32(z)) => {
+                g.naive(x, y, z, 0, |c, a, b| c.wadd(a.wmul(b)))
+            }
+            (TSlice::I64(x), TSlice::I64(y), TSliceMut::I64(z)) => {
+                g.naive(x, y, z, 0, |c, a, b| c.wadd(a.wmul(b)))
+            }
+            (TSlice::Bool(x), TSlice::Bool(y), TSliceMut::Bool(z)) => {
+                g.naive(x, y, z, false, |c, a, b| c || (a && b))
+            }
+            (x, y, z) => unreachable!(
+                "matmul of {} and {} into {}",
+                x.dtype(),
+                y.dtype(),
+                z.dtype()
+            ),
+        }
+        // Next batch index (odometer).
+        for ax in (0..nb).rev() {
+            bi[ax] += 1;
+            aoff += a.strides[ax];
+            boff += b.strides[ax];
+            if bi[ax] < d.batch[ax] {
+                break;
+            }
+            aoff -= a.strides[ax] * d.batch[ax] as isize;
+            boff -= b.strides[ax] * d.batch[ax] as isize;
+            bi[ax] = 0;
+        }
+    }
+}
+
+/// One `m×k @ k×n` product; every element `aoff + i*rsa + p*csa` (`i < m`, `p < k`) lies in
+/// `a`, likewise for `b` (checked by `source::build` against the buffers), and `c` is the
+/// contiguous `m×n` output.
+#[derive(Clone, Copy)]
+struct Gemm {
+    m: usize,
+    k: usize,
+    n: usize,
+    aoff: isize,
+    rsa: isize,
+    csa: isize,
+    boff: isize,
+    rsb: isize,
+    csb: isize,
+}
+
+impl Gemm {
+    /// Debug check of the bounds the callers guarantee.
+    fn in_bounds(&self, alen: usize, blen: usize, clen: usize) -> bool {
+        let a = Walk::new(&[self.m, self.k], &[self.rsa, self.csa], self.aoff);
+        let b = Walk::new(&[self.k, self.n], &[self.rsb, self.csb], self.boff);
+        a.check(alen, "a").is_ok() && b.check(blen, "b").is_ok() && clen == self.m * self.n
+    }
+
+    fn sgemm(&self, a: &[f32], b: &[f32], c: &mut [f32]) {
+        if self.k == 0 {
+            c.fill(0.0);
+            return;
+        }
+        assert!(
+            self.in_bounds(a.len(), b.len(), c.len()),
+            "matmul operand views out of bounds"
+        );
+        // SAFETY: the assertion above (and `source::build` before it) establishes that every
+        // element `aoff + i*rsa + p*csa` (i < m, p < k) is an index into `a`, every
+        // `boff + p*rsb + j*csb` (p < k, j < n) an index into `b`, and that `c` has exactly
+        // m*n elements written with row stride n and column stride 1 (no two alias). So the
+        // base pointers are in bounds (m, k, n > 0 here) and sgemm reads and writes only
+        // inside the three slices. `c` is a unique borrow, disjoint from `a` and `b`.
+        unsafe {
+            matrixmultiply::sgemm(
+                self.m,
+                self.k,
+                self.n,
+                1.0,
+                a.as_ptr().offset(self.aoff),
+                self.rsa,
+                self.csa,
+                b.as_ptr().offset(self.boff),
+                self.rsb,
+                self.csb,
+                0.0,
+                c.as_mut_ptr(),
+                self.n as isize,
+                1,
+            );
+        }
+    }
+
+    fn dgemm(&self, a: &[f64], b: &[f64], c: &mut [f64]) {
+        if self.k == 0 {
+            c.fill(0.0);
+            return;
+        }
+        assert!(
+            self.in_bounds(a.len(), b.len(), c.len()),
+            "matmul operand views out of bounds"
+        );
+        // SAFETY: as in `sgemm` above.
+        unsafe {
+            matrixmultiply::dgemm(
+                self.m,
+                self.k,
+                self.n,
+                1.0,
+                a.as_ptr().offset(self.aoff),
+                self.rsa,
+                self.csa,
+                b.as_ptr().offset(self.boff),
+                self.rsb,
+                self.csb,
+                0.0,
+                c.as_mut_ptr(),
+                self.n as isize,
+                1,
+            );
+        }
+    }
+
+    /// A plain loop (`i, p, j` order: rows of `b` and `c` are walked contiguously).
+    fn naive<T: Copy>(&self, a: &[T], b: &[T], c: &mut [T], zero: T, madd: impl Fn(T, T, T) -> T) {
+        let n = self.n;
+        c.fill(zero);
+        for i in 0..self.m {
+            let crow = &mut c[i * n..(i + 1) * n];
+            for p in 0..self.k {
+                let av = a[(self.aoff + i as isize * self.rsa + p as isize * self.csa) as usize];
+                let base = self.boff + p as isize * self.rsb;
+                if self.csb == 1 {
+                    let brow = &b[base as usize..base as usize + n];
+                    for (cj, &bj) in crow.iter_mut().zip(brow) {
+                        *cj = madd(*cj, av, bj);
+                    }
+                } else {
+                    for (j, cj) in crow.iter_mut().enumerate() {
+                        *cj = madd(*cj, av, b[(base + j as isize * self.csb) as usize]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Small enough for Miri, which checks the `unsafe` calls into `matrixmultiply` for
+    //! out-of-bounds access and aliasing:
+    //! `MIRIFLAGS="-Zmiri-disable-isolation -Zmiri-ignore-leaks" cargo +nightly miri test -p kiln-cpu --lib matmul`
+    //! (`num_cpus` reads `/proc`; the gemm thread pool outlives the test).
+    use super::*;
+
+    fn naive(g: &Gemm, a: &[f64], b: &[f64]) -> Vec<f64> {
+        let mut c = vec![0.0; g.m * g.n];
+        for i in 0..g.m {
+            for j in 0..g.n {
+                for p in 0..g.k {
+                    let x = a[(g.aoff + i as isize * g.rsa + p as isize * g.csa) as usize];
+                    let y = b[(g.boff + p as isize * g.rsb + j as isize * g.csb) as usize];
+                    c[i * g.n + j] += x * y;
+                }
+            }
+        }
+        c
+    }
+
+    #[test]
+    fn gemm_with_positive_negative_and_zero_strides() {
+        let a: Vec<f64> = (0..12).map(|x| x as f64 * 0.5 - 2.0).collect();
+        let b: Vec<f64> = (0..12).map(|x| 1.0 - x as f64 * 0.25).collect();
+        let cases = [
+            // a 3×4 row-major, b 4×3 row-major
+            Gemm {
+                m: 3,
+                k: 4,
+                n: 3,
+                aoff: 0,
+                rsa: 4,
+                csa: 1,
+                boff: 0,
+                rsb: 3,
+                csb: 1,
+            },
+            // a transposed (4×3 storage), b with reversed rows
+            Gemm {
+                m: 3,
+                k: 4,
+                n: 3,
+                aoff: 0,
+                rsa: 1,
+                csa: 3,
+                boff: 9,
+                rsb: -3,
+                csb: 1,
+            },
+            // a broadcast along rows (row stride 0), b reversed columns
+            Gemm {
+                m: 5,
+                k: 4,
+                n: 2,
+                aoff: 4,
+                rsa: 0,
+                csa: 1,
+                boff: 11,
+                rsb: -3,
+                csb: -1,
+            },
+            // a single column
+            Gemm {
+                m: 2,
+                k: 1,
+                n: 3,
+                aoff: 11,
+                rsa: -6,
+                csa: 1,
+                boff: 0,
+                rsb: 3,
+                csb: 1,
+            },
+        ];
+        for g in cases {
+            let want = naive(&g, &a, &b);
+            let mut c = vec![f64::NAN; g.m * g.n];
+            g.dgemm(&a, &b, &mut c);
+            for (x, y) in c.iter().zip(&want) {
+                assert!((x - y).abs() < 1e-12, "{x} vs {y}");
+            }
+            let (a32, b32): (Vec<f32>, Vec<f32>) = (
+                a.iter().map(|&x| x as f32).collect(),
+                b.iter().map(|&x| x as f32).collect(),
+            );
+            let mut c32 = vec![f32::NAN; g.m * g.n];
+            g.sgemm(&a32, &b32, &mut c32);
+            for (x, y) in c32.iter().zip(&want) {
+                assert!((*x as f64 - y).abs() < 1e-5, "{x} vs {y}");
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "out of bounds")]
+    fn gemm_refuses_views_outside_the_operands() {
+        let a = vec![1.0f32; 4];
+        let g = Gemm {
+            m: 2,
+            k: 2,
+            n: 1,
+            aoff: 1,
+            rsa: 2,
+            csa: 1,
+            boff: 0,
+            rsb: 1,
+            csb: 1,
+        };
+        g.sgemm(&a, &[1.0, 1.0], &mut [0.0; 2]);
+    }
+}

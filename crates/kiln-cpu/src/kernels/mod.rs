@@ -1,0 +1,7 @@
+//! The kernels, one module per family. Each takes the kernel, its launch, its inputs and its
+//! output buffers, and checks the plan's contract for its kind before touching memory.
+
+pub mod elementwise;
+pub mod gather;
+pub mod matmul;
+pub mod reduce;

@@ -1,0 +1,437 @@
+//! `KernelKind::Reduce` and `KernelKind::ArgReduce`: the prologue evaluated block by block
+//! over the space in an iteration order chosen so that the reduction is cheap, each block's
+//! values folded into per-output accumulators.
+//!
+//! Order: if the last axis is reduced, kept axes come first and reduced axes last, so each
+//! output's elements form one contiguous run of positions (folded with a tight loop); if the
+//! last axis is kept, the natural order is used and each run of positions updates a run of
+//! consecutive accumulators (a vector update). Accumulators: `f64` for float sums and
+//! products (`f64` sums compensated, Neumaier), wrapping `i64` for integer sums and
+//! products, the element type for `max`/`min` (NaN propagates); bool sum/max are `or`,
+//! prod/min are `and`.
+
+use super::elementwise::check_outputs;
+use crate::buffer::CpuBuffer;
+use crate::interp::{Interp, BLOCK};
+use crate::ops::{Float, Int};
+use crate::source::{self, AliasPolicy, Src};
+use crate::typed::{copy_cast, Elem, TSlice, Wrap};
+use crate::walk::{internal, Walk};
+use kiln_compiler::{Arg, Kernel, Launch, Program};
+use kiln_ir::{ArgReduceOp, DType, ReduceOp, Result};
+
+/// Folds values of `T` into an accumulator.
+trait Reducer<T> {
+    type A: Copy;
+    type Out: Elem + Wrap;
+    fn init() -> Self::A;
+    fn add(a: &mut Self::A, x: T);
+    #[inline]
+    fn seg(a: &mut Self::A, xs: &[T])
+    where
+        T: Copy,
+    {
+        for &x in xs {
+            Self::add(a, x);
+        }
+    }
+    fn finish(a: Self::A) -> Self::Out;
+}
+
+struct SumF32;
+impl Reducer<f32> for SumF32 {
+    type A = f64;
+    type Out = f64;
+    fn init() -> f64 {
+        0.0
+    }
+    #[inline]
+    fn add(a: &mut f64, x: f32) {
+        *a += x as f64;
+    }
+    #[inline]
+    fn seg(a: &mut f64, xs: &[f32]) {
+        // Four partial sums (vectorisable); f64 holds f32 sums of ~1e9 terms to ~1e-7.
+        let mut p = [0.0f64; 4];
+        let chunks = xs.chunks_exact(4);
+        let rest = chunks.remainder();
+        for c in chunks {
+            for k in 0..4 {
+                p[k] += c[k] as f64;
+            }
+        }
+        let mut s = (p[0] + p[1]) + (p[2] + p[3]);
+        for &x in rest {
+            s += x as f64;
+        }
+        *a += s;
+    }
+    fn finish(a: f64) -> f64 {
+        a
+    }
+}
+
+/// Neumaier-compensated `f64` sum.
+struct SumF64;
+impl Reducer<f64> for SumF64 {
+    type A = (f64, f64);
+    type Out = f64;
+    fn init() -> (f64, f64) {
+        (0.0, 0.0)
+    }
+    #[inline]
+    fn add(a: &mut (f64, f64), x: f64) {
+        let (s, c) = *a;
+        let t = s + x;
+        let c = if s.abs() >= x.abs() {
+            c + ((s - t) + x)
+        } else {
+            c + ((x - t) + s)
+        };
+        *a = (t, c);
+    }
+    fn finish((s, c): (f64, f64)) -> f64 {
+        if s.is_finite() {
+            s + c
+        } else {
+            s // inf or NaN; the compensation is meaningless
+        }
+    }
+}
+
+struct SumInt;
+impl<T: Int> Reducer<T> for SumInt {
+    type A = i64;
+    type Out = i64;
+    fn init() -> i64 {
+        0
+    }
+    #[inline]
+    fn add(a: &mut i64, x: T) {
+        *a = a.wrapping_add(x.to_i64());
+    }
+    fn finish(a: i64) -> i64 {
+        a
+    }
+}
+
+struct ProdFloat;
+impl<T: Float> Reducer<T> for ProdFloat {
+    type A = f64;
+    type Out = f64;
+    fn init() -> f64 {
+        1.0
+    }
+    #[inline]
+    fn add(a: &mut f64, x: T) {
+        *a *= x.to_f64();
+    }
+    fn finish(a: f64) -> f64 {
+        a
+    }
+}
+
+struct ProdInt;
+impl<T: Int> Reducer<T> for ProdInt {
+    type A = i64;
+    type Out = i64;
+    fn init() -> i64 {
+        1
+    }
+    #[inline]
+    fn add(a: &mut i64, x: T) {
+        *a = a.wrapping_mul(x.to_i64());
+    }
+    fn finish(a: i64) -> i64 {
+        a
+    }
+}
+
+/// `or` (bool sum and max) when `ANY`, else `and` (bool prod and min).
+struct BoolFold<const ANY: bool>;
+impl<const ANY: bool> Reducer<bool> for BoolFold<ANY> {
+    type A = bool;
+    type Out = bool;
+    fn init() -> bool {
+        !ANY
+    }
+    #[inline]
+    fn add(a: &mut bool, x: bool) {
+        if ANY {
+            *a |= x
+        } else {
+            *a &= x
+        }
+    }
+    fn finish(a: bool) -> bool {
+        a
+    }
+}
+
+struct MaxFloat<const MAX: bool>;
+impl<T: Float + Wrap, const MAX: bool> Reducer<T> for MaxFloat<MAX> {
+    type A = T;
+    type Out = T;
+    fn init() -> T {
+        if MAX {
+            T::NEG_INF
+        } else {
+            T::INF
+        }
+    }
+    #[inline]
+    fn add(a: &mut T, x: T) {
+        let better = if MAX { x > *a } else { x < *a };
+        if better || x.is_nan() {
+            *a = x;
+        }
+    }
+    fn finish(a: T) -> T {
+        a
+    }
+}
+
+struct MaxInt<const MAX: bool>;
+impl<T: Int + Wrap, const MAX: bool> Reducer<T> for MaxInt<MAX> {
+    type A = T;
+    type Out = T;
+    fn init() -> T {
+        if MAX {
+            T::MIN
+        } else {
+            T::MAX
+        }
+    }
+    #[inline]
+    fn add(a: &mut T, x: T) {
+        *a = if MAX { (*a).max(x) } else { (*a).min(x) };
+    }
+    fn finish(a: T) -> T {
+        a
+    }
+}
+
+/// The space's axes in iteration order for a reduction over `axes`.
+fn order(rank: usize, axes: &[usize]) -> Vec<usize> {
+    if rank > 0 && axes.contains(&(rank - 1)) {
+        let kept = (0..rank).filter(|a| !axes.contains(a));
+        kept.chain(axes.iter().copied()).collect()
+    } else {
+        (0..rank).collect()
+    }
+}
+
+fn check_axes(axes: &[usize], rank: usize) -> Result<()> {
+    if axes.iter().any(|&a| a >= rank) || axes.windows(2).any(|w| w[0] >= w[1]) {
+        return Err(internal(format!(
+            "reduction axes {axes:?} for a space of rank {rank}"
+        )));
+    }
+    Ok(())
+}
+
+/// Runs a reduction kernel.
+pub fn run(
+    kernel: &Kernel,
+    program: &Program,
+    op: ReduceOp,
+    axes: &[usize],
+    launch: &Launch<'_>,
+    inputs: &[Arg<'_, CpuBuffer>],
+    outputs: &mut [CpuBuffer],
+) -> Result<()> {
+    let space = launch.space.dims();
+    let rank = space.len();
+    check_axes(axes, rank)?;
+    let numel = launch.space.numel();
+    let kept: Vec<usize> = (0..rank)
+        .map(|a| if axes.contains(&a) { 1 } else { space[a] })
+        .collect();
+    let out_numel: usize = kept.iter().product();
+    check_outputs(outputs, 1, out_numel)?;
+    if program.results.len() != 1 {
+        return Err(internal(format!(
+            "a reduction prologue with {} results",
+            program.results.len()
+        )));
+    }
+    let perm = order(rank, axes);
+    // Output position of each space position: keepdims strides, 0 on reduced axes.
+    let mut ostrides = vec![0isize; rank];
+    let mut acc = 1isize;
+    for a in (0..rank).rev() {
+        ostrides[a] = if axes.contains(&a) { 0 } else { acc };
+        acc *= kept[a] as isize;
+    }
+    let pshape: Vec<usize> = perm.iter().map(|&a| space[a]).collect();
+    let pstrides: Vec<isize> = perm.iter().map(|&a| ostrides[a]).collect();
+    let owalk = Walk::new(&pshape, &pstrides, 0);
+
+    let snaps = source::snapshots(
+        launch,
+        inputs,
+        outputs,
+        |_| AliasPolicy::Snapshot,
+        Some(&perm),
+    );
+    let srcs = source::build(kernel, launch, inputs, &snaps, outputs, Some(&perm))?;
+    let mut interp = Interp::new(program, &srcs, None, launch.scalars, numel)?;
+    let dt = interp.result_dtype(0);
+    let e = &mut Engine {
+        interp: &mut interp,
+        srcs: &srcs,
+        owalk: &owalk,
+        numel,
+        out_numel,
+    };
+    use ReduceOp::*;
+    let result = match (op, dt) {
+        (Sum, DType::F32) => e.go::<f32, SumF32>()?,
+        (Sum, DType::F64) => e.go::<f64, SumF64>()?,
+        (Sum, DType::I32) => e.go::<i32, SumInt>()?,
+        (Sum, DType::I64) => e.go::<i64, SumInt>()?,
+        (Sum | Max, DType::Bool) => e.go::<bool, BoolFold<true>>()?,
+        (Prod, DType::F32) => e.go::<f32, ProdFloat>()?,
+        (Prod, DType::F64) => e.go::<f64, ProdFloat>()?,
+        (Prod, DType::I32) => e.go::<i32, ProdInt>()?,
+        (Prod, DType::I64) => e.go::<i64, ProdInt>()?,
+        (Prod | Min, DType::Bool) => e.go::<bool, BoolFold<false>>()?,
+        (Max, DType::F32) => e.go::<f32, MaxFloat<true>>()?,
+        (Max, DType::F64) => e.go::<f64, MaxFloat<true>>()?,
+        (Max, DType::I32) => e.go::<i32, MaxInt<true>>()?,
+        (Max, DType::I64) => e.go::<i64, MaxInt<true>>()?,
+        (Min, DType::F32) => e.go::<f32, MaxFloat<false>>()?,
+        (Min, DType::F64) => e.go::<f64, MaxFloat<false>>()?,
+        (Min, DType::I32) => e.go::<i32, MaxInt<false>>()?,
+        (Min, DType::I64) => e.go::<i64, MaxInt<false>>()?,
+    };
+    copy_cast(
+        result.as_slice(),
+        outputs[0].as_mut_slice().range(0, out_numel),
+    );
+    Ok(())
+}
+
+struct Engine<'e, 'p, 's> {
+    interp: &'e mut Interp<'p>,
+    srcs: &'e [Src<'s>],
+    owalk: &'e Walk,
+    numel: usize,
+    out_numel: usize,
+}
+
+impl Engine<'_, '_, '_> {
+    fn go<T: Elem, R: Reducer<T>>(&mut self) -> Result<crate::typed::TypedVec> {
+        let mut acc = vec![R::init(); self.out_numel];
+        let mut s = 0;
+        while s < self.numel {
+            let n = BLOCK.min(self.numel - s);
+            self.interp.eval(self.srcs, &[], s, n)?;
+            let vals: &[T] = slice_of(self.interp.result(0, self.srcs, s, n));
+            self.owalk.runs(s, n, |pos, base, stride, len| {
+                let xs = &vals[pos..pos + len];
+                if stride == 0 {
+                    R::seg(&mut acc[base as usize], xs);
+                } else if stride == 1 {
+                    let b = base as usize;
+                    for (a, &x) in acc[b..b + len].iter_mut().zip(xs) {
+                        R::add(a, x);
+                    }
+                } else {
+                    for (t, &x) in xs.iter().enumerate() {
+                        R::add(&mut acc[(base + t as isize * stride) as usize], x);
+                    }
+                }
+            });
+            s += n;
+        }
+        Ok(R::Out::wrap(acc.into_iter().map(R::finish).collect()))
+    }
+}
+
+fn slice_of<T: Elem>(s: TSlice<'_>) -> &[T] {
+    let dt = s.dtype();
+    T::slice(s).unwrap_or_else(|| panic!("kiln-cpu: a {dt} value where {} was declared", T::DTYPE))
+}
+
+/// Runs an arg-reduction kernel: the first index of the maximum/minimum along `axis`, NaN
+/// counting as the extremum (the first NaN wins).
+pub fn run_arg(
+    kernel: &Kernel,
+    program: &Program,
+    op: ArgReduceOp,
+    axis: usize,
+    launch: &Launch<'_>,
+    inputs: &[Arg<'_, CpuBuffer>],
+    outputs: &mut [CpuBuffer],
+) -> Result<()> {
+    let space = launch.space.dims();
+    let rank = space.len();
+    check_axes(&[axis], rank)?;
+    let len = space[axis];
+    let out_numel: usize = (0..rank).filter(|&a| a != axis).map(|a| space[a]).product();
+    check_outputs(outputs, 1, out_numel)?;
+    if program.results.len() != 1 {
+        return Err(internal(format!(
+            "an arg-reduction prologue with {} results",
+            program.results.len()
+        )));
+    }
+    // Each output's elements form one run of `len` positions: the axis goes last.
+    let perm: Vec<usize> = (0..rank).filter(|&a| a != axis).chain([axis]).collect();
+    let snaps = source::snapshots(
+        launch,
+        inputs,
+        outputs,
+        |_| AliasPolicy::Snapshot,
+        Some(&perm),
+    );
+    let srcs = source::build(kernel, launch, inputs, &snaps, outputs, Some(&perm))?;
+    let numel = launch.space.numel();
+    let mut interp = Interp::new(program, &srcs, None, launch.scalars, numel)?;
+    let mut idx = vec![0i64; out_numel];
+    let max = op == ArgReduceOp::ArgMax;
+    let dt = interp.result_dtype(0);
+    crate::typed::with_dtype!(dt, T => arg_typed::<T>(&mut interp, &srcs, numel, len, max, &mut idx)?);
+    copy_cast(
+        TSlice::I64(&idx),
+        outputs[0].as_mut_slice().range(0, out_numel),
+    );
+    Ok(())
+}
+
+fn arg_typed<T: Elem>(
+    interp: &mut Interp<'_>,
+    srcs: &[Src<'_>],
+    numel: usize,
+    len: usize,
+    max: bool,
+    idx: &mut [i64],
+) -> Result<()> {
+    let mut best = vec![T::default(); idx.len()];
+    let mut s = 0;
+    while s < numel {
+        let n = BLOCK.min(numel - s);
+        interp.eval(srcs, &[], s, n)?;
+        let vals: &[T] = slice_of(interp.result(0, srcs, s, n));
+        let mut pos = 0;
+        while pos < n {
+            let l = s + pos;
+            let (o, r0) = (l / len, l % len);
+            let run = (len - r0).min(n - pos);
+            let (b, i) = (&mut best[o], &mut idx[o]);
+            for (t, &v) in vals[pos..pos + run].iter().enumerate() {
+                let r = r0 + t;
+                let better =
+                    r == 0 || (!b.is_nan() && (v.is_nan() || if max { v > *b } else { v < *b }));
+                if better {
+                    *b = v;
+                    *i = r as i64;
+                }
+            }
+            pos += run;
+        }
+        s += n;
+    }
+    Ok(())
+}

@@ -1,0 +1,551 @@
+//! Elementwise kernels against the reference: fused programs, every kind of strided view,
+//! in-place aliasing, virtual sources, integer errors, empty spaces.
+
+mod common;
+
+use common::*;
+use kiln_compiler::KernelKind;
+use kiln_ir::build::{self, SliceArg};
+use kiln_ir::{BinaryOp, DType, Distribution, Error, HostData, Scalar, Shape, UnaryOp};
+
+fn ew(program: kiln_compiler::Program) -> KernelKind {
+    KernelKind::Elementwise { program }
+}
+
+#[test]
+fn fused_program_with_two_results() {
+    // z = exp(x) * y + 0.5; w = where(x < y, cast_i32(x * 10), -1)
+    let dims = [37, 61]; // crosses block boundaries
+    let n = 37 * 61;
+    let (xd, yd) = (f32s(n, 1), f32s(n, 2));
+    let mut pb = Pb::new();
+    let half = pb.scalar(Scalar::Float(0.5));
+    let ten = pb.scalar(Scalar::Float(10.0));
+    let m1 = pb.scalar(Scalar::Int(-1));
+    let xi = pb.param(xd.clone(), &dims, &[]);
+    let yi = pb.param(yd.clone(), &dims, &[]);
+    let mut p = P::new();
+    let x = p.load(0, DType::F32);
+    let y = p.load(1, DType::F32);
+    let e = p.un(UnaryOp::Exp, x);
+    let ey = p.bin(BinaryOp::Mul, e, y);
+    let h = p.scalar(half, DType::F32);
+    let z = p.bin(BinaryOp::Add, ey, h);
+    let lt = p.bin(BinaryOp::Lt, x, y);
+    let t = p.scalar(ten, DType::F32);
+    let xt = p.bin(BinaryOp::Mul, x, t);
+    let xi32 = p.cast(xt, DType::I32);
+    let neg = p.scalar(m1, DType::I32);
+    let w = p.wh(lt, xi32, neg);
+    let outs = pb.kernel(
+        ew(p.done(&[z, w])),
+        &dims,
+        vec![xi, yi],
+        &[(DType::F32, &dims), (DType::I32, &dims)],
+    );
+    pb.output(outs[0]);
+    pb.output(outs[1]);
+
+    let (xn, yn) = (node(xd, &dims), node(yd, &dims));
+    let e = build::unary(UnaryOp::Exp, &xn).unwrap();
+    let ey = build::binary(BinaryOp::Mul, &e, &yn).unwrap();
+    let z = build::binary_scalar(BinaryOp::Add, &ey, Scalar::Float(0.5), false).unwrap();
+    let lt = build::binary(BinaryOp::Lt, &xn, &yn).unwrap();
+    let xt = build::binary_scalar(BinaryOp::Mul, &xn, Scalar::Float(10.0), false).unwrap();
+    let xi32 = build::cast(&xt, DType::I32);
+    let w = build::where_(&lt, &xi32, &build::scalar(Scalar::Int(-1), DType::I32)).unwrap();
+    check(pb, &[&z, &w], 1e-6);
+}
+
+#[test]
+fn every_binary_and_unary_op_in_every_dtype() {
+    let n = 1500;
+    for dt in [DType::F32, DType::F64, DType::I32, DType::I64] {
+        let (a, b) = match dt {
+            DType::F32 => (f32s(n, 3), f32s(n, 4)),
+            DType::F64 => (f64s(n, 3), f64s(n, 4)),
+            DType::I32 => (i32s(n, 3, 50), i32s(n, 4, 9)),
+            _ => (i64s(n, 3, 1 << 40), i64s(n, 4, 9)),
+        };
+        for op in kiln_ir::BinaryOp::ALL {
+            if op == BinaryOp::Div && dt.is_int() {
+                continue;
+            }
+            // Integer ops that fail on zero / negative operands get positive divisors.
+            let b = if dt.is_int()
+                && matches!(op, BinaryOp::FloorDiv | BinaryOp::Rem | BinaryOp::Pow)
+            {
+                HostData::from_scalars(dt, (0..n).map(|i| Scalar::Int((i % 7 + 1) as i64)))
+            } else {
+                b.clone()
+            };
+            let mut pb = Pb::new();
+            let ai = pb.param(a.clone(), &[n], &[]);
+            let bi = pb.param(b.clone(), &[n], &[]);
+            let mut p = P::new();
+            let x = p.load(0, dt);
+            let y = p.load(1, dt);
+            let (x, y) = if op.is_predicate() && !op.is_comparison() {
+                (p.cast(x, DType::Bool), p.cast(y, DType::Bool))
+            } else {
+                (x, y)
+            };
+            let r = p.bin(op, x, y);
+            let rdt = p.insts[r as usize].dtype;
+            let o = pb.kernel(ew(p.done(&[r])), &[n], vec![ai, bi], &[(rdt, &[n])]);
+            pb.output(o[0]);
+            let want = build::binary(op, &node(a.clone(), &[n]), &node(b, &[n])).unwrap();
+            check(pb, &[&want], 2e-6);
+        }
+        for op in kiln_ir::UnaryOp::ALL {
+            if dt.is_int() && op.is_float_valued() {
+                continue;
+            }
+            let mut pb = Pb::new();
+            let ai = pb.param(a.clone(), &[n], &[]);
+            let mut p = P::new();
+            let x = p.load(0, dt);
+            let x = if op == UnaryOp::LogicalNot {
+                p.cast(x, DType::Bool)
+            } else {
+                x
+            };
+            let r = p.un(op, x);
+            let rdt = p.insts[r as usize].dtype;
+            let o = pb.kernel(ew(p.done(&[r])), &[n], vec![ai], &[(rdt, &[n])]);
+            pb.output(o[0]);
+            let want = build::unary(op, &node(a.clone(), &[n])).unwrap();
+            check(pb, &[&want], 2e-6);
+        }
+    }
+}
+
+#[test]
+fn strided_views_permute_broadcast_slice_reshape() {
+    // out[i, j] = t[j, i] + b[0, j] + s[5 - 2i, 3 - j] + r[i*4 + j]   over space [3, 4]
+    let space = [3, 4];
+    let (td, bd, sd, rd) = (f64s(12, 5), f64s(4, 6), f64s(24, 7), f64s(12, 8));
+    let mut pb = Pb::new();
+    let t = pb.param(td.clone(), &[4, 3], &[VOp::Permute(vec![1, 0])]);
+    let b = pb.param(bd.clone(), &[1, 4], &[VOp::Broadcast(vec![3, 4])]);
+    let s = pb.param(
+        sd.clone(),
+        &[6, 4],
+        &[VOp::Slice(vec![5, 3], vec![-2, -1], vec![3, 4])],
+    );
+    let r = pb.param(rd.clone(), &[12], &[VOp::Reshape(vec![3, 4])]);
+    let mut p = P::new();
+    let v: Vec<u32> = (0..4).map(|i| p.load(i, DType::F64)).collect();
+    let a1 = p.bin(BinaryOp::Add, v[0], v[1]);
+    let a2 = p.bin(BinaryOp::Add, a1, v[2]);
+    let a3 = p.bin(BinaryOp::Add, a2, v[3]);
+    let o = pb.kernel(
+        ew(p.done(&[a3])),
+        &space,
+        vec![t, b, s, r],
+        &[(DType::F64, &space)],
+    );
+    pb.output(o[0]);
+
+    let tn = build::permute(&node(td, &[4, 3]), &[1, 0]).unwrap();
+    let bn = build::broadcast_to(&node(bd, &[1, 4]), &Shape::from(space)).unwrap();
+    let sn = build::slice(
+        &node(sd, &[6, 4]),
+        &[
+            SliceArg::range(Some(5), None, -2),
+            SliceArg::range(Some(3), None, -1),
+        ],
+    )
+    .unwrap();
+    let rn = build::reshape(&node(rd, &[12]), &[3, 4]).unwrap();
+    let a1 = build::binary(BinaryOp::Add, &tn, &bn).unwrap();
+    let a2 = build::binary(BinaryOp::Add, &a1, &sn).unwrap();
+    let a3 = build::binary(BinaryOp::Add, &a2, &rn).unwrap();
+    check(pb, &[&a3], 0.0);
+}
+
+#[test]
+fn rank_three_views_with_inner_broadcast_and_scalar_input() {
+    // out = a.permute(2, 0, 1) * c  with c a rank-0 parameter broadcast to the space
+    let space = [5, 2, 3];
+    let ad = f32s(30, 9);
+    let cd = HostData::from(vec![3.0f32]);
+    let mut pb = Pb::new();
+    let a = pb.param(ad.clone(), &[2, 3, 5], &[VOp::Permute(vec![2, 0, 1])]);
+    let c = pb.param(
+        cd.clone(),
+        &[],
+        &[VOp::Reshape(vec![1, 1, 1]), VOp::Broadcast(space.to_vec())],
+    );
+    let mut p = P::new();
+    let x = p.load(0, DType::F32);
+    let y = p.load(1, DType::F32);
+    let r = p.bin(BinaryOp::Mul, x, y);
+    let o = pb.kernel(
+        ew(p.done(&[r])),
+        &space,
+        vec![a, c],
+        &[(DType::F32, &space)],
+    );
+    pb.output(o[0]);
+    let an = build::permute(&node(ad, &[2, 3, 5]), &[2, 0, 1]).unwrap();
+    let want = build::binary(BinaryOp::Mul, &an, &node(cd, &[])).unwrap();
+    check(pb, &[&want], 0.0);
+}
+
+#[test]
+fn in_place_over_a_dead_input_across_blocks() {
+    // k0: s0 = x * 2 (buffer 0); k1: s1 = s0 + y written over s0's buffer (Arg::Output);
+    // k2: s2 = -s1 over the same buffer again.
+    let n = 5000;
+    let (xd, yd) = (f32s(n, 10), f32s(n, 11));
+    let mut pb = Pb::new();
+    let two = pb.scalar(Scalar::Float(2.0));
+    let x = pb.param(xd.clone(), &[n], &[]);
+    let mut p = P::new();
+    let l = p.load(0, DType::F32);
+    let t = p.scalar(two, DType::F32);
+    let r = p.bin(BinaryOp::Mul, l, t);
+    let s0 = pb.kernel(ew(p.done(&[r])), &[n], vec![x], &[(DType::F32, &[n])])[0];
+    let s0i = pb.slot(s0, &[]);
+    let y = pb.param(yd.clone(), &[n], &[]);
+    let mut p = P::new();
+    let a = p.load(0, DType::F32);
+    let b = p.load(1, DType::F32);
+    let r = p.bin(BinaryOp::Add, a, b);
+    let s1 = pb.kernel_over(ew(p.done(&[r])), &[n], vec![s0i, y], (DType::F32, &[n]), s0);
+    let s1i = pb.slot(s1, &[]);
+    let mut p = P::new();
+    let a = p.load(0, DType::F32);
+    let r = p.un(UnaryOp::Neg, a);
+    let s2 = pb.kernel_over(ew(p.done(&[r])), &[n], vec![s1i], (DType::F32, &[n]), s1);
+    pb.output(s2);
+
+    let xn =
+        build::binary_scalar(BinaryOp::Mul, &node(xd, &[n]), Scalar::Float(2.0), false).unwrap();
+    let s = build::binary(BinaryOp::Add, &xn, &node(yd, &[n])).unwrap();
+    let want = build::unary(UnaryOp::Neg, &s).unwrap();
+    check(pb, &[&want], 0.0);
+}
+
+#[test]
+fn iota_and_random_sources_through_views() {
+    let mut pb = Pb::new();
+    // iota along axis 1 of [3, 5] as i64; iota along axis 0 of [5, 3] permuted to [3, 5] as f32;
+    // uniform f32, uniform f64, normal f32 over [3, 5] with a reversed slice of a [6, 5] base.
+    let space = [3, 5];
+    let inputs = vec![
+        pb.iota(1, DType::I64, &space, &[]),
+        pb.iota(0, DType::F32, &[5, 3], &[VOp::Permute(vec![1, 0])]),
+        pb.random(Distribution::Uniform, 7, DType::F32, &space, &[]),
+        pb.random(Distribution::Uniform, 8, DType::F64, &space, &[]),
+        pb.random(
+            Distribution::Normal,
+            9,
+            DType::F32,
+            &[6, 5],
+            &[VOp::Slice(vec![5, 0], vec![-2, 1], vec![3, 5])],
+        ),
+        pb.iota(
+            2,
+            DType::I32,
+            &[2, 3, 5],
+            &[
+                VOp::Slice(vec![1, 0, 0], vec![1, 1, 1], vec![1, 3, 5]),
+                VOp::Reshape(vec![3, 5]),
+            ],
+        ),
+    ];
+    let dts = [
+        DType::I64,
+        DType::F32,
+        DType::F32,
+        DType::F64,
+        DType::F32,
+        DType::I32,
+    ];
+    let mut p = P::new();
+    let loads: Vec<u32> = dts
+        .iter()
+        .enumerate()
+        .map(|(i, &d)| p.load(i as u32, d))
+        .collect();
+    let outs: Vec<(DType, &[usize])> = dts.iter().map(|&d| (d, &space[..])).collect();
+    let o = pb.kernel(ew(p.done(&loads)), &space, inputs, &outs);
+    for s in o {
+        pb.output(s);
+    }
+
+    let sh = Shape::from(space);
+    let w0 = build::iota(sh.clone(), 1, DType::I64).unwrap();
+    let w1 = build::permute(
+        &build::iota(Shape::from([5, 3]), 0, DType::F32).unwrap(),
+        &[1, 0],
+    )
+    .unwrap();
+    let w2 = build::random(sh.clone(), DType::F32, Distribution::Uniform, 7).unwrap();
+    let w3 = build::random(sh.clone(), DType::F64, Distribution::Uniform, 8).unwrap();
+    let w4 = build::slice(
+        &build::random(Shape::from([6, 5]), DType::F32, Distribution::Normal, 9).unwrap(),
+        &[SliceArg::range(Some(5), None, -2)],
+    )
+    .unwrap();
+    let w5 = build::reshape(
+        &build::slice(
+            &build::iota(Shape::from([2, 3, 5]), 2, DType::I32).unwrap(),
+            &[SliceArg::range(Some(1), None, 1)],
+        )
+        .unwrap(),
+        &[3, 5],
+    )
+    .unwrap();
+    check(pb, &[&w0, &w1, &w2, &w3, &w4, &w5], 0.0);
+}
+
+#[test]
+fn iota_whose_base_sizes_appear_nowhere_else() {
+    // iota([4, 6], axis 0)[:, ::2] and iota([5, 6, 4], axis 1)[::2, ::3] permuted: the sizes
+    // 5 and 6 are in no resolved shape of the launch, only in the strides of the views.
+    let mut pb = Pb::new();
+    let a = pb.iota(
+        0,
+        DType::I64,
+        &[4, 6],
+        &[VOp::Slice(vec![0, 0], vec![1, 2], vec![4, 3])],
+    );
+    let b = pb.iota(
+        1,
+        DType::I32,
+        &[5, 6, 4],
+        &[
+            VOp::Slice(vec![0, 1, 0], vec![2, 3, 1], vec![3, 2, 4]),
+            VOp::Permute(vec![2, 0, 1]),
+        ],
+    );
+    let mut p = P::new();
+    let x = p.load(0, DType::I64);
+    let o = pb.kernel(ew(p.done(&[x])), &[4, 3], vec![a], &[(DType::I64, &[4, 3])]);
+    pb.output(o[0]);
+    let mut p = P::new();
+    let y = p.load(0, DType::I32);
+    let o = pb.kernel(
+        ew(p.done(&[y])),
+        &[4, 3, 2],
+        vec![b],
+        &[(DType::I32, &[4, 3, 2])],
+    );
+    pb.output(o[0]);
+    let wa = build::slice(
+        &build::iota(Shape::from([4, 6]), 0, DType::I64).unwrap(),
+        &[
+            SliceArg::range(None, None, 1),
+            SliceArg::range(None, None, 2),
+        ],
+    )
+    .unwrap();
+    let wb = build::slice(
+        &build::iota(Shape::from([5, 6, 4]), 1, DType::I32).unwrap(),
+        &[
+            SliceArg::range(None, None, 2),
+            SliceArg::range(Some(1), None, 3),
+        ],
+    )
+    .unwrap();
+    let wb = build::permute(&wb, &[2, 0, 1]).unwrap();
+    check(pb, &[&wa, &wb], 0.0);
+}
+
+fn int_error_case(op: BinaryOp, dt: DType, a: Vec<i64>, b: Vec<i64>) {
+    let n = a.len();
+    let ad = HostData::from_scalars(dt, a.into_iter().map(Scalar::Int));
+    let bd = HostData::from_scalars(dt, b.into_iter().map(Scalar::Int));
+    let mut pb = Pb::new();
+    let ai = pb.param(ad.clone(), &[n], &[]);
+    let bi = pb.param(bd.clone(), &[n], &[]);
+    let mut p = P::new();
+    let x = p.load(0, dt);
+    let y = p.load(1, dt);
+    let r = p.bin(op, x, y);
+    let o = pb.kernel(ew(p.done(&[r])), &[n], vec![ai, bi], &[(dt, &[n])]);
+    pb.output(o[0]);
+    let got = pb.run();
+    let want = reference(&[&build::binary(op, &node(ad, &[n]), &node(bd, &[n])).unwrap()]);
+    assert!(want.is_err(), "the reference fails");
+    assert_eq!(got.map(|_| ()), want.map(|_| ()));
+}
+
+#[test]
+fn integer_errors_name_the_op_and_operand() {
+    let mut b = vec![3i64; 3000];
+    b[2500] = 0;
+    let a: Vec<i64> = (0..3000).map(|i| i - 1000).collect();
+    for dt in [DType::I32, DType::I64] {
+        int_error_case(BinaryOp::FloorDiv, dt, a.clone(), b.clone());
+        int_error_case(BinaryOp::Rem, dt, a.clone(), b.clone());
+        let mut e = vec![2i64; 3000];
+        e[1700] = -3;
+        int_error_case(BinaryOp::Pow, dt, a.clone(), e);
+    }
+    // The error value itself.
+    let mut pb = Pb::new();
+    let ai = pb.param(HostData::from(vec![7i64, -9]), &[2], &[]);
+    let bi = pb.param(HostData::from(vec![2i64, 0]), &[2], &[]);
+    let mut p = P::new();
+    let x = p.load(0, DType::I64);
+    let y = p.load(1, DType::I64);
+    let r = p.bin(BinaryOp::FloorDiv, x, y);
+    let o = pb.kernel(ew(p.done(&[r])), &[2], vec![ai, bi], &[(DType::I64, &[2])]);
+    pb.output(o[0]);
+    assert_eq!(
+        pb.run().unwrap_err(),
+        Error::DivisionByZero {
+            op: "floor_divide",
+            dividend: -9,
+            dtype: DType::I64
+        }
+    );
+}
+
+#[test]
+fn integer_edge_values_wrap_like_the_reference() {
+    let vals = [i32::MIN as i64, -7, -1, 0, 1, 7, i32::MAX as i64];
+    let n = vals.len() * vals.len();
+    let a: Vec<i64> = (0..n).map(|i| vals[i / vals.len()]).collect();
+    let b: Vec<i64> = (0..n).map(|i| vals[i % vals.len()]).collect();
+    for op in [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Maximum,
+        BinaryOp::Minimum,
+    ] {
+        for dt in [DType::I32, DType::I64] {
+            let ad = HostData::from_scalars(dt, a.iter().map(|&v| Scalar::Int(v)));
+            let bd = HostData::from_scalars(dt, b.iter().map(|&v| Scalar::Int(v)));
+            let mut pb = Pb::new();
+            let ai = pb.param(ad.clone(), &[n], &[]);
+            let bi = pb.param(bd.clone(), &[n], &[]);
+            let mut p = P::new();
+            let x = p.load(0, dt);
+            let y = p.load(1, dt);
+            let r = p.bin(op, x, y);
+            let o = pb.kernel(ew(p.done(&[r])), &[n], vec![ai, bi], &[(dt, &[n])]);
+            pb.output(o[0]);
+            check(
+                pb,
+                &[&build::binary(op, &node(ad, &[n]), &node(bd, &[n])).unwrap()],
+                0.0,
+            );
+        }
+    }
+}
+
+#[test]
+fn casts_between_every_dtype() {
+    let specials = [
+        f64::NAN,
+        -0.0,
+        0.0,
+        0.7,
+        -2.9,
+        3e9,
+        -3e9,
+        1e19,
+        f64::INFINITY,
+        -1.0,
+        1.0,
+    ];
+    for from in DType::ALL {
+        let data = HostData::from_scalars(from, specials.iter().map(|&x| Scalar::Float(x)));
+        let n = data.len();
+        for to in DType::ALL {
+            let mut pb = Pb::new();
+            let ai = pb.param(data.clone(), &[n], &[]);
+            let mut p = P::new();
+            let x = p.load(0, from);
+            let c = p.cast(x, to);
+            let o = pb.kernel(ew(p.done(&[c])), &[n], vec![ai], &[(to, &[n])]);
+            pb.output(o[0]);
+            check(pb, &[&build::cast(&node(data.clone(), &[n]), to)], 0.0);
+        }
+    }
+}
+
+#[test]
+fn declared_dtype_differing_from_the_op_is_converted() {
+    // A load declared i64 of an i32 input, and a comparison declared f32: each value is
+    // converted to its instruction's dtype.
+    let n = 10;
+    let ad = i32s(n, 12, 100);
+    let mut pb = Pb::new();
+    let ai = pb.param(ad.clone(), &[n], &[]);
+    let mut p = P::new();
+    p.insts.push(kiln_compiler::Inst {
+        op: kiln_compiler::InstOp::Load(0),
+        dtype: DType::I64,
+    });
+    let z = p.scalar(pb.scalar(Scalar::Int(0)), DType::I64);
+    p.insts.push(kiln_compiler::Inst {
+        op: kiln_compiler::InstOp::Binary(BinaryOp::Gt, 0, z),
+        dtype: DType::F32,
+    });
+    let o = pb.kernel(
+        ew(p.done(&[0, 2])),
+        &[n],
+        vec![ai],
+        &[(DType::I64, &[n]), (DType::F32, &[n])],
+    );
+    pb.output(o[0]);
+    pb.output(o[1]);
+    let an = build::cast(&node(ad, &[n]), DType::I64);
+    let gt = build::cast(
+        &build::binary_scalar(BinaryOp::Gt, &an, Scalar::Int(0), false).unwrap(),
+        DType::F32,
+    );
+    check(pb, &[&an, &gt], 0.0);
+}
+
+#[test]
+fn empty_spaces_write_nothing_and_succeed() {
+    let mut pb = Pb::new();
+    let ai = pb.param(HostData::from(Vec::<i64>::new()), &[0, 3], &[]);
+    let bi = pb.param(
+        HostData::from(vec![0i64; 3]),
+        &[1, 3],
+        &[VOp::Broadcast(vec![0, 3])],
+    );
+    let mut p = P::new();
+    let x = p.load(0, DType::I64);
+    let y = p.load(1, DType::I64);
+    let r = p.bin(BinaryOp::FloorDiv, x, y); // would fail on any element
+    let o = pb.kernel(
+        ew(p.done(&[r])),
+        &[0, 3],
+        vec![ai, bi],
+        &[(DType::I64, &[0, 3])],
+    );
+    pb.output(o[0]);
+    let out = pb.run().unwrap();
+    assert_eq!((out[0].len(), out[0].dtype()), (0, DType::I64));
+}
+
+#[test]
+fn rank_zero_space() {
+    let mut pb = Pb::new();
+    let ai = pb.param(HostData::from(vec![2.5f64]), &[], &[]);
+    let k = pb.scalar(Scalar::Float(4.0));
+    let mut p = P::new();
+    let x = p.load(0, DType::F64);
+    let s = p.scalar(k, DType::F64);
+    let r = p.bin(BinaryOp::Pow, x, s);
+    let o = pb.kernel(ew(p.done(&[r])), &[], vec![ai], &[(DType::F64, &[])]);
+    pb.output(o[0]);
+    let want = build::binary_scalar(
+        BinaryOp::Pow,
+        &node(HostData::from(vec![2.5f64]), &[]),
+        Scalar::Float(4.0),
+        false,
+    )
+    .unwrap();
+    check(pb, &[&want], 0.0);
+}
