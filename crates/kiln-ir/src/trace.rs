@@ -83,7 +83,7 @@ pub fn resolve_shape(shape: &[Dim], dims: &[usize]) -> Shape {
 /// assert_eq!(key(12, 0.5), key(7, 2.5));   // new batch size, new scalar: same key
 /// assert_ne!(key(12, 0.5), key(1, 0.5));   // a size-1 dimension changes broadcasting
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct Key {
     hash: u64,
     tokens: Vec<u64>,
@@ -115,13 +115,14 @@ impl Key {
 
     /// Coarser fingerprints, each including the previous: `[ops and wiring, + scalar
     /// classes, + dtypes, + ranks]`. The full key adds the relative sizes. Used to explain a
-    /// cache miss.
+    /// cache miss, so computed only by a trace that records its nodes (the compile path); a
+    /// key-only trace (the cache-hit path) leaves them zero.
     ///
     /// ```
     /// # use kiln_ir::{build, trace, HostData, Shape};
     /// let a = build::data(HostData::from(vec![1i32; 4]), Shape::from([4])).unwrap();
     /// let b = build::data(HostData::from(vec![1i32; 5]), Shape::from([5, 1])).unwrap();
-    /// let (ka, kb) = (trace(&[&a], false).key, trace(&[&b], false).key);
+    /// let (ka, kb) = (trace(&[&a], true).key, trace(&[&b], true).key);
     /// assert_eq!(ka.layers()[2], kb.layers()[2]); // same ops and dtypes
     /// assert_ne!(ka.layers()[3], kb.layers()[3]); // different ranks
     /// ```
@@ -129,6 +130,15 @@ impl Key {
         self.layers
     }
 }
+
+/// Keys are equal when their token strings are (the layers are derived data).
+impl PartialEq for Key {
+    fn eq(&self, other: &Key) -> bool {
+        self.hash == other.hash && self.tokens == other.tokens
+    }
+}
+
+impl Eq for Key {}
 
 impl Hash for Key {
     fn hash<H: Hasher>(&self, state: &mut H) {
@@ -291,11 +301,14 @@ fn fnv(tokens: &[u64]) -> u64 {
 }
 
 /// Running hashes of the key's layers (see [`Key::layers`]).
-struct Layers([u64; 4]);
+struct Layers([u64; 4], bool);
 
 impl Layers {
-    /// Feeds `t` to layer `level` and every finer one.
+    /// Feeds `t` to layer `level` and every finer one (when enabled).
     fn feed(&mut self, level: usize, t: u64) {
+        if !self.1 {
+            return;
+        }
         for h in &mut self.0[level..] {
             *h = fnv_step(*h, t);
         }
@@ -316,69 +329,79 @@ impl Layers {
 /// assert_eq!(t.outputs, vec![1, 0]);
 /// ```
 pub fn trace(roots: &[&NodeRef], with_nodes: bool) -> Trace {
-    let mut tokens: Vec<u64> = Vec::with_capacity(64);
+    let mut tokens: Vec<u64> = Vec::with_capacity(512);
     let mut bindings = Bindings::default();
     let mut nodes: Vec<TracedNode> = Vec::new();
-    let mut seen: hashbrown::HashMap<*const Node, u32> = hashbrown::HashMap::new();
+    let mut seen: hashbrown::HashMap<*const Node, u32> = hashbrown::HashMap::with_capacity(64);
     let mut outputs = Vec::with_capacity(roots.len());
     let mut count: u32 = 0;
     let mut sym_values: Vec<usize> = Vec::new();
-    let mut layers = Layers([0xcbf2_9ce4_8422_2325; 4]);
-    // (node, operands once expanded)
-    let mut stack: Vec<(NodeRef, Option<SmallVec<[NodeRef; 2]>>)> = Vec::new();
+    let mut layers = Layers([0xcbf2_9ce4_8422_2325; 4], with_nodes);
+    // `Enter(node)` expands a node; `Exit(node, operands)` emits it once its operands are
+    // emitted. Operands are remembered by address only: as map keys, never dereferenced.
+    enum Frame {
+        Enter(NodeRef),
+        Exit(NodeRef, SmallVec<[*const Node; 2]>),
+    }
+    let mut stack: Vec<Frame> = Vec::with_capacity(32);
     for root in roots {
-        stack.push(((*root).clone(), None));
-        while let Some((node, inputs)) = stack.pop() {
+        stack.push(Frame::Enter((*root).clone()));
+        while let Some(frame) = stack.pop() {
+            let (node, ins) = match frame {
+                Frame::Enter(node) => {
+                    if seen.contains_key(&Arc::as_ptr(&node)) {
+                        continue;
+                    }
+                    if node.value().is_some() {
+                        (node, SmallVec::new())
+                    } else {
+                        let children = node.inputs();
+                        let ptrs: SmallVec<[*const Node; 2]> =
+                            children.iter().map(Arc::as_ptr).collect();
+                        stack.push(Frame::Exit(node, ptrs));
+                        for c in children.into_iter().rev() {
+                            if !seen.contains_key(&Arc::as_ptr(&c)) {
+                                stack.push(Frame::Enter(c));
+                            }
+                        }
+                        continue;
+                    }
+                }
+                Frame::Exit(node, ptrs) => (node, ptrs),
+            };
             let key = Arc::as_ptr(&node);
             if seen.contains_key(&key) {
                 continue;
             }
-            let value = node.value();
-            let ins = match (value, inputs) {
-                (None, None) => {
-                    let ins = node.inputs();
-                    let pending: SmallVec<[NodeRef; 2]> = ins
-                        .iter()
-                        .rev()
-                        .filter(|i| !seen.contains_key(&Arc::as_ptr(i)))
-                        .cloned()
-                        .collect();
-                    stack.push((node, Some(ins)));
-                    for i in pending {
-                        stack.push((i, None));
-                    }
-                    continue;
-                }
-                (None, Some(ins)) => ins,
-                (Some(_), _) => SmallVec::new(),
-            };
             // Emit the node.
-            let (op, binding) = match value {
-                Some(v) => {
-                    bindings.params.push(v.clone());
-                    let i = bindings.params.len() as u32 - 1;
-                    (Op::Param(i), Some(i))
+            let param = node.value().map(|v| {
+                bindings.params.push(v.clone());
+                bindings.params.len() as u32 - 1
+            });
+            let op = match param {
+                Some(i) => &Op::Param(i),
+                None => node.op(),
+            };
+            let binding = match op {
+                Op::Param(i) => Some(*i),
+                Op::Scalar(sc) => {
+                    bindings.scalars.push(*sc);
+                    Some(bindings.scalars.len() as u32 - 1)
                 }
-                None => match node.op() {
-                    Op::Scalar(s) => {
-                        bindings.scalars.push(*s);
-                        (node.op().clone(), Some(bindings.scalars.len() as u32 - 1))
-                    }
-                    Op::Random { seed, .. } => {
-                        bindings.seeds.push(*seed);
-                        (node.op().clone(), Some(bindings.seeds.len() as u32 - 1))
-                    }
-                    other => (other.clone(), None),
-                },
+                Op::Random { seed, .. } => {
+                    bindings.seeds.push(*seed);
+                    Some(bindings.seeds.len() as u32 - 1)
+                }
+                _ => None,
             };
             let start = tokens.len();
-            op_tokens(&op, &mut tokens);
+            op_tokens(op, &mut tokens);
             for &t in &tokens[start..] {
                 layers.feed(0, t);
             }
-            if let Op::Scalar(s) = &op {
-                tokens.push(scalar_class(*s));
-                layers.feed(1, scalar_class(*s));
+            if let Op::Scalar(sc) = op {
+                tokens.push(scalar_class(*sc));
+                layers.feed(1, scalar_class(*sc));
             }
             tokens.push(dtype_code(node.dtype()));
             layers.feed(2, dtype_code(node.dtype()));
@@ -398,20 +421,22 @@ pub fn trace(roots: &[&NodeRef], with_nodes: bool) -> Trace {
                     }
                 };
                 tokens.push(dim.code());
-                sym.push(dim);
+                if with_nodes {
+                    sym.push(dim);
+                }
             }
             tokens.push(ins.len() as u64);
             layers.feed(0, ins.len() as u64);
             let mut in_idx: SmallVec<[u32; 2]> = SmallVec::new();
             for i in &ins {
-                let p = seen[&Arc::as_ptr(i)];
+                let p = seen[i];
                 tokens.push(p as u64);
                 layers.feed(0, p as u64);
                 in_idx.push(p);
             }
             if with_nodes {
                 nodes.push(TracedNode {
-                    op,
+                    op: op.clone(),
                     dtype: node.dtype(),
                     shape: node.shape().clone(),
                     sym,
@@ -435,7 +460,7 @@ pub fn trace(roots: &[&NodeRef], with_nodes: bool) -> Trace {
         key: Key {
             hash,
             tokens,
-            layers: layers.0,
+            layers: if with_nodes { layers.0 } else { [0; 4] },
         },
         bindings,
         nodes,
