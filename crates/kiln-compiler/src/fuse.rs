@@ -2,8 +2,8 @@
 //! kernel programs and strided views, producing the kernels of a [`Plan`].
 //!
 //! **Policy.** A value is materialised (gets a slot) when it is a requested output, the
-//! result of a non-elementwise op (reduce, argreduce, matmul, take, top_k, concat), an operand
-//! that such an op must read through a view (matmul, take, top_k, concat), the input of a
+//! result of a non-elementwise op (reduce, argreduce, matmul, take, scatter_add, top_k,
+//! concat), an operand that such an op must read through a view, the input of a
 //! permute, slice or size-changing reshape (which then read it in place as a strided view),
 //! a non-contiguous view that a reshape merges dimensions of, or an *expensive* elementwise
 //! subtree (cost ≥ [`EXPENSIVE`], transcendental ops counting 8 and arithmetic 1) that has
@@ -146,7 +146,14 @@ pub fn fuse(g: &Graph, n_scalars: u32) -> Fused {
     for i in 0..n {
         let node = &g.nodes[i];
         match (&node.op, class[i]) {
-            (Op::MatMul | Op::Take { .. } | Op::TopK { .. } | Op::Concat { .. }, _) => {
+            (
+                Op::MatMul
+                | Op::Take { .. }
+                | Op::ScatterAdd { .. }
+                | Op::TopK { .. }
+                | Op::Concat { .. },
+                _,
+            ) => {
                 for &j in &node.inputs {
                     // walk down through movement ops to the value the view starts from
                     let mut k = j as usize;
@@ -509,7 +516,7 @@ impl Builder<'_> {
                         &fused,
                     );
                 }
-                Op::MatMul | Op::Take { .. } | Op::Concat { .. } => {
+                Op::MatMul | Op::Take { .. } | Op::ScatterAdd { .. } | Op::Concat { .. } => {
                     let inputs: Vec<Input> = node
                         .inputs
                         .clone()
@@ -519,6 +526,7 @@ impl Builder<'_> {
                     let kind = match &node.op {
                         Op::MatMul => KernelKind::MatMul { epilogue: None },
                         Op::Take { axis } => KernelKind::Take { axis: *axis },
+                        Op::ScatterAdd { axis } => KernelKind::ScatterAdd { axis: *axis },
                         Op::Concat { axis } => KernelKind::Concat { axis: *axis },
                         _ => unreachable!(),
                     };

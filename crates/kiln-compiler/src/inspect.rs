@@ -12,7 +12,7 @@ use kiln_ir::{resolve_shape, Bindings};
 #[derive(Clone, Debug, PartialEq)]
 pub struct KernelReport {
     /// `"elementwise"`, `"reduce"`, `"argreduce"`, `"matmul"`, `"matmul+epilogue"`, `"take"`,
-    /// `"top_k"` or `"concat"`.
+    /// `"scatter_add"`, `"top_k"` or `"concat"`.
     pub kind: &'static str,
     /// Graph nodes computed by this kernel (movement ops folded into views not counted).
     pub fused_nodes: usize,
@@ -63,6 +63,7 @@ pub fn report(compiled: &Compiled, bindings: &Bindings) -> Report {
             KernelKind::MatMul { epilogue: None } => "matmul",
             KernelKind::MatMul { epilogue: Some(_) } => "matmul+epilogue",
             KernelKind::Take { .. } => "take",
+            KernelKind::ScatterAdd { .. } => "scatter_add",
             KernelKind::TopK { .. } => "top_k",
             KernelKind::Concat { .. } => "concat",
         };

@@ -343,6 +343,14 @@ pub enum KernelKind {
         /// The axis of the table.
         axis: usize,
     },
+    /// Scatter-add, the adjoint of `Take`: `inputs[0]` are the updates, `inputs[1]` the
+    /// integer indices (both viewed over their own shapes); output 0 (shape `space`) is zero
+    /// except that each update is added at its index along `axis`; repeated indices
+    /// accumulate. An index outside `-n..n` is `kiln_ir::Error::IndexOutOfRange`.
+    ScatterAdd {
+        /// The axis of the output.
+        axis: usize,
+    },
     /// Top-k along the last axis of `inputs[0]` (viewed over its own shape), descending, ties
     /// to the lower index, NaN largest. `indices[j]` says whether output `j` receives the
     /// `i64` indices (true) or the values (false). `space` is the output shape.

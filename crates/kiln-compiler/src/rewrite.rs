@@ -98,6 +98,7 @@ fn simplify(g: &[GNode], mut n: GNode) -> Result<u32, GNode> {
             }
             Err(n)
         }
+        Op::StopGradient => Ok(n.inputs[0]),
         Op::Where => {
             if n.inputs[1] == n.inputs[2] {
                 return Ok(n.inputs[1]);

@@ -176,6 +176,9 @@ impl Backend for CpuBackend {
                 matmul::run(kernel, epilogue.as_ref(), launch, inputs, outputs, &POOL)
             }
             KernelKind::Take { axis } => gather::take(kernel, *axis, launch, inputs, outputs),
+            KernelKind::ScatterAdd { axis } => {
+                scatter::scatter_add(kernel, *axis, launch, inputs, outputs)
+            }
             KernelKind::TopK { k, indices } => {
                 gather::top_k(kernel, *k, indices, launch, inputs, outputs)
             }

@@ -895,3 +895,66 @@ pub fn top_k(a: &NodeRef, k: usize) -> Result<(NodeRef, NodeRef)> {
     let i = mk(Op::TopK { k, indices: true }, DType::I64, out, &[a]);
     Ok((v, i))
 }
+
+/// Scatter-add (the adjoint of [`take`]): a `shape` array of zeros with `updates` added at
+/// `indices` along `axis`; repeated indices accumulate. `updates` must have shape
+/// `shape[..axis] + indices.shape + shape[axis+1..]`.
+///
+/// ```
+/// use kiln_ir::{build, HostData, Shape};
+/// let u = build::data(HostData::from(vec![1.0f32; 6]), Shape::from([3, 2])).unwrap();
+/// let i = build::data(HostData::from(vec![0i64, 2, 0]), Shape::from([3])).unwrap();
+/// let s = build::scatter_add(&u, &i, 0, Shape::from([4, 2])).unwrap();
+/// assert_eq!(s.shape().dims(), &[4, 2]);
+/// assert!(build::scatter_add(&u, &i, 1, Shape::from([4, 2])).is_err());
+/// ```
+pub fn scatter_add(
+    updates: &NodeRef,
+    indices: &NodeRef,
+    axis: isize,
+    shape: Shape,
+) -> Result<NodeRef> {
+    if !indices.dtype().is_int() {
+        return Err(Error::UnsupportedDType {
+            op: "scatter_add",
+            dtype: indices.dtype(),
+            hint: "indices must be i32 or i64; cast them first".into(),
+        });
+    }
+    if updates.dtype() == DType::Bool {
+        return Err(Error::UnsupportedDType {
+            op: "scatter_add",
+            dtype: DType::Bool,
+            hint: "scatter-add accumulates numbers; cast the updates first".into(),
+        });
+    }
+    let ax = Shape::normalize_axis("scatter_add", axis, shape.rank())?;
+    let mut want: SmallVec<[usize; 4]> = SmallVec::from_slice(&shape.0[..ax]);
+    want.extend_from_slice(indices.shape().dims());
+    want.extend_from_slice(&shape.0[ax + 1..]);
+    if updates.shape().dims() != &want[..] {
+        return Err(Error::ShapeMismatch {
+            op: "scatter_add",
+            lhs: updates.shape().clone(),
+            rhs: Shape(want),
+            hint: format!("updates must have the target's shape with axis {ax} replaced by the indices' shape"),
+        });
+    }
+    Ok(mk(
+        Op::ScatterAdd { axis: ax },
+        updates.dtype(),
+        shape,
+        &[updates, indices],
+    ))
+}
+
+/// Identity that blocks gradients.
+///
+/// ```
+/// use kiln_ir::{build, HostData, Shape};
+/// let a = build::data(HostData::from(vec![1.0f64]), Shape::from([1])).unwrap();
+/// assert_eq!(build::stop_gradient(&a).op().name(), "stop_gradient");
+/// ```
+pub fn stop_gradient(a: &NodeRef) -> NodeRef {
+    mk(Op::StopGradient, a.dtype(), a.shape().clone(), &[a])
+}

@@ -388,6 +388,16 @@ pub enum Op {
         /// The axis gathered along.
         axis: usize,
     },
+    /// Scatter-add, the adjoint of `Take`: operands `(updates, indices)`; the result (the
+    /// node's shape) is zero except that `updates[.., j.., ..]` is added at
+    /// `[.., indices[j..], ..]` along `axis` (repeated indices accumulate). Out-of-range
+    /// indices are an evaluation error, negative ones count from the end.
+    ScatterAdd {
+        /// The axis scattered along.
+        axis: usize,
+    },
+    /// Identity in value; blocks gradients (`kiln::stop_gradient`).
+    StopGradient,
     /// The `k` largest values (or their `i64` indices) along the last axis, in descending
     /// order; ties go to the lower index; NaN counts as larger than every number.
     TopK {
@@ -424,6 +434,8 @@ impl Op {
             Op::ArgReduce { op, .. } => op.name(),
             Op::MatMul => "matmul",
             Op::Take { .. } => "take",
+            Op::ScatterAdd { .. } => "scatter_add",
+            Op::StopGradient => "stop_gradient",
             Op::TopK { indices: false, .. } => "top_k_values",
             Op::TopK { indices: true, .. } => "top_k_indices",
         }
@@ -632,6 +644,23 @@ impl Op {
                 want.extend_from_slice(&a.0[axis + 1..]);
                 same("take shape", shape.dims() == &want[..])
             }
+            Op::ScatterAdd { axis } => {
+                arity(2)?;
+                let ((du, u), (di, i)) = (inputs[0], inputs[1]);
+                same("scatter_add dtype", du == dtype && di.is_int())?;
+                same("scatter_add axis", *axis < shape.rank())?;
+                let mut want: Vec<usize> = shape.0[..*axis].to_vec();
+                want.extend_from_slice(i.dims());
+                want.extend_from_slice(&shape.0[axis + 1..]);
+                same("scatter_add updates shape", u.dims() == &want[..])
+            }
+            Op::StopGradient => {
+                arity(1)?;
+                same(
+                    "stop_gradient changes type",
+                    inputs[0].0 == dtype && inputs[0].1 == shape,
+                )
+            }
             Op::TopK { k, indices } => {
                 arity(1)?;
                 let (d, s) = inputs[0];
@@ -668,6 +697,7 @@ impl fmt::Display for Op {
             Op::Reduce { op, axes } => write!(f, "{} axes={:?}", op.name(), &axes[..]),
             Op::ArgReduce { op, axis } => write!(f, "{} axis={axis}", op.name()),
             Op::Take { axis } => write!(f, "take axis={axis}"),
+            Op::ScatterAdd { axis } => write!(f, "scatter_add axis={axis}"),
             Op::TopK { k, .. } => write!(f, "{} k={k}", self.name()),
             other => f.write_str(other.name()),
         }

@@ -255,11 +255,15 @@ fn op_tokens(op: &Op, t: &mut Vec<u64>) {
         MatMul => (17, &[]),
         Take { .. } => (18, &[]),
         TopK { .. } => (19, &[]),
+        ScatterAdd { .. } => (20, &[]),
+        StopGradient => (21, &[]),
     };
     t.push(code);
     t.extend_from_slice(extra);
     match op {
-        Iota { axis } | Concat { axis } | Take { axis } => t.push(*axis as u64),
+        Iota { axis } | Concat { axis } | Take { axis } | ScatterAdd { axis } => {
+            t.push(*axis as u64)
+        }
         Random { dist, .. } => t.push(*dist as u64),
         Unary(u) => t.push(*u as u64),
         Binary(b) => t.push(*b as u64),

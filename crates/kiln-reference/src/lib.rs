@@ -200,6 +200,8 @@ fn eval_op(
         Op::MatMul => matmul(ins[0], ins[1], dtype, shape),
         Op::Take { axis } => take(*axis, ins[0], ins[1], shape)?,
         Op::TopK { k, indices } => top_k(*k, *indices, ins[0]),
+        Op::ScatterAdd { axis } => scatter_add(*axis, ins[0], ins[1], dtype, shape)?,
+        Op::StopGradient => ins[0].data.clone(),
     })
 }
 
@@ -369,4 +371,37 @@ fn top_k(k: usize, indices: bool, a: &Tensor) -> Vec<Scalar> {
         }
     }
     res
+}
+
+fn scatter_add(
+    axis: usize,
+    upd: &Tensor,
+    idx: &Tensor,
+    dtype: DType,
+    out: &Shape,
+) -> Result<Vec<Scalar>> {
+    let size = out.0[axis];
+    let ir = idx.shape.rank();
+    let mut acc: Vec<Scalar> = vec![Scalar::Int(0).cast(dtype); out.numel()];
+    let mut ui = vec![0; upd.shape.rank()];
+    let mut oi = vec![0; out.rank()];
+    for (f, &u) in upd.data.iter().enumerate() {
+        unravel(f, upd.shape.dims(), &mut ui);
+        let raw = idx.data[ravel(&ui[axis..axis + ir], idx.shape.dims())].as_i64();
+        let j = if raw < 0 { raw + size as i64 } else { raw };
+        if j < 0 || j >= size as i64 {
+            return Err(Error::IndexOutOfRange {
+                op: "scatter_add",
+                index: raw,
+                axis,
+                size,
+            });
+        }
+        oi[..axis].copy_from_slice(&ui[..axis]);
+        oi[axis] = j as usize;
+        oi[axis + 1..].copy_from_slice(&ui[axis + ir..]);
+        let o = ravel(&oi, out.dims());
+        acc[o] = binary(kiln_ir::BinaryOp::Add, dtype, acc[o], u)?.cast(dtype);
+    }
+    Ok(acc)
 }

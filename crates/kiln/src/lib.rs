@@ -30,6 +30,7 @@ mod array;
 mod creation;
 mod display;
 mod eval;
+mod grad;
 mod index;
 mod linalg;
 mod movement;
@@ -42,6 +43,7 @@ pub use eval::{
     cache_stats, clear_cache, eval, inspect, lower, set_cache_capacity, Inspection,
     DEFAULT_CACHE_CAPACITY,
 };
+pub use grad::{grad, value_and_grad, vjp};
 pub use kiln_compiler::{CacheStats, KernelReport, MissReason, MissRecord, Report};
 pub use kiln_ir::build::SliceArg;
 pub use kiln_ir::{

@@ -5,3 +5,4 @@ pub mod elementwise;
 pub mod gather;
 pub mod matmul;
 pub mod reduce;
+pub mod scatter;
