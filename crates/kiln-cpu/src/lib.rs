@@ -62,7 +62,7 @@ mod typed;
 mod walk;
 
 pub use buffer::{BufferPool, CpuBuffer, PoolStats, DEFAULT_POOL_BYTES};
-pub use typed::{TSlice, TypedVec};
+pub use typed::{Conv, Elem, TSlice, TSliceMut, TypedVec};
 
 use kiln_compiler::{Arg, Backend, Executor, Kernel, KernelKind, Launch};
 use kiln_ir::{DType, HostData, LazyExpr, Result};

@@ -291,3 +291,55 @@ fn concat_of_virtual_sources() {
     .unwrap();
     check(pb, &[&build::concat(&[an, bn], 0).unwrap()], 0.0);
 }
+
+fn scatter_case(
+    upd: HostData,
+    udims: &[usize],
+    idx: HostData,
+    idims: &[usize],
+    axis: usize,
+    out: &[usize],
+) {
+    let mut pb = Pb::new();
+    let u = pb.param(upd.clone(), udims, &[]);
+    let i = pb.param(idx.clone(), idims, &[]);
+    let o = pb.kernel(
+        KernelKind::ScatterAdd { axis },
+        out,
+        vec![u, i],
+        &[(upd.dtype(), out)],
+    );
+    pb.output(o[0]);
+    let want = build::scatter_add(
+        &node(upd, udims),
+        &node(idx, idims),
+        axis as isize,
+        Shape::from(out.to_vec()),
+    )
+    .unwrap();
+    check(pb, &[&want], 1e-12);
+}
+
+#[test]
+fn scatter_add_accumulates_repeated_indices() {
+    let idx = HostData::from(vec![0i64, 2, -4, 1, 2]);
+    scatter_case(f64s(5 * 3, 40), &[5, 3], idx.clone(), &[5], 0, &[4, 3]);
+    scatter_case(i64s(2 * 5, 41, 100), &[2, 5], idx.clone(), &[5], 1, &[2, 4]);
+    scatter_case(
+        f32s(2 * 5 * 2, 42),
+        &[2, 5, 2],
+        HostData::from(vec![3i32, 0, 0, -1, 1]),
+        &[5],
+        1,
+        &[2, 4, 2],
+    );
+    // Out of range: the same error as the reference.
+    scatter_case(
+        f64s(3, 43),
+        &[3],
+        HostData::from(vec![0i64, 4, 1]),
+        &[3],
+        0,
+        &[4],
+    );
+}

@@ -1,0 +1,194 @@
+//! # kiln-optim
+//!
+//! Training state for models written with `kiln::Array`: named [`Parameter`]s whose values
+//! live across steps, the [`Sgd`] (with momentum / Nesterov) and [`Adam`] (and AdamW)
+//! optimizers, global-norm gradient clipping, and safetensors checkpoints.
+//!
+//! Written only against kiln's public API. An optimizer step builds the update expressions
+//! lazily and evaluates them in **one** pass together with whatever else the caller asks for
+//! (typically the loss), so forward, backward and update share one compiled plan; the learning
+//! rate and every step-dependent factor are run-time scalars, so a schedule never recompiles.
+//!
+//! ```
+//! use kiln::{Array, DType};
+//! use kiln_optim::{Optimizer, Parameter, Sgd};
+//! let w = Parameter::new("w", Array::from_vec(vec![1.0f32, -2.0], &[2])?);
+//! let mut opt = Sgd::new(0.1);
+//! for _ in 0..50 {
+//!     let loss = (&w.value() * &w.value()).sum(None, false); // minimise |w|²
+//!     let g = kiln::grad(&loss, &[&w.value()])?;
+//!     opt.step(&[&w], &g, &[&loss])?;
+//! }
+//! assert!(w.value().to_vec::<f32>()?.iter().all(|x| x.abs() < 1e-4));
+//! # Ok::<(), kiln_optim::Error>(())
+//! ```
+
+mod checkpoint;
+mod optim;
+
+pub use checkpoint::{load_safetensors, save_safetensors};
+pub use optim::{clip_by_global_norm, Adam, Optimizer, Sgd};
+
+use kiln::{Array, DType};
+use std::sync::Mutex;
+
+/// Errors of training utilities.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An array operation failed.
+    #[error(transparent)]
+    Kiln(#[from] kiln::Error),
+    /// Reading or writing a file failed.
+    #[error("{op}: {path}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The file.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A checkpoint is not valid safetensors.
+    #[error("load_safetensors: {path} is not a valid safetensors file: {message}")]
+    Format {
+        /// The file.
+        path: String,
+        /// The parser's message.
+        message: String,
+    },
+    /// A checkpoint lacks a parameter.
+    #[error("load_safetensors: {path} has no tensor named {name:?}: it holds {available:?}")]
+    Missing {
+        /// The file.
+        path: String,
+        /// The parameter.
+        name: String,
+        /// The tensors it does hold.
+        available: Vec<String>,
+    },
+    /// A tensor or value does not fit its parameter.
+    #[error("{op}: parameter {name:?} is {expected} but the value is {found}: {hint}")]
+    Mismatch {
+        /// The operation.
+        op: &'static str,
+        /// The parameter.
+        name: String,
+        /// The parameter's dtype and shape.
+        expected: String,
+        /// The value's dtype and shape.
+        found: String,
+        /// What to do about it.
+        hint: String,
+    },
+    /// Optimizer inputs that do not line up.
+    #[error("{op}: {message}")]
+    Invalid {
+        /// The operation.
+        op: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+fn describe(dtype: DType, shape: &[usize]) -> String {
+    format!("{dtype} {shape:?}")
+}
+
+/// A named trainable value. Its dtype and shape are fixed at creation; optimizers and
+/// checkpoints replace its value.
+///
+/// ```
+/// let p = kiln_optim::Parameter::new("bias", kiln::Array::zeros(&[3], kiln::DType::F32));
+/// assert_eq!(p.name(), "bias");
+/// assert!(p.assign(kiln::Array::zeros(&[4], kiln::DType::F32)).is_err());
+/// ```
+#[derive(Debug)]
+pub struct Parameter {
+    name: String,
+    dtype: DType,
+    shape: Vec<usize>,
+    value: Mutex<Array>,
+}
+
+impl Parameter {
+    /// A parameter with an initial value.
+    ///
+    /// ```
+    /// let p = kiln_optim::Parameter::new("w", kiln::Array::ones(&[2, 2], kiln::DType::F64));
+    /// assert_eq!(p.shape(), &[2, 2]);
+    /// ```
+    pub fn new(name: impl Into<String>, value: Array) -> Parameter {
+        Parameter {
+            name: name.into(),
+            dtype: value.dtype(),
+            shape: value.shape().to_vec(),
+            value: Mutex::new(value),
+        }
+    }
+
+    /// The name (the key in checkpoints).
+    ///
+    /// ```
+    /// assert_eq!(kiln_optim::Parameter::new("w", kiln::Array::scalar(1.0f32)).name(), "w");
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The dtype.
+    ///
+    /// ```
+    /// let p = kiln_optim::Parameter::new("w", kiln::Array::scalar(1.0f32));
+    /// assert_eq!(p.dtype(), kiln::DType::F32);
+    /// ```
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The shape.
+    ///
+    /// ```
+    /// let p = kiln_optim::Parameter::new("w", kiln::Array::zeros(&[5], kiln::DType::F32));
+    /// assert_eq!(p.shape(), &[5]);
+    /// ```
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The current value (a cheap handle; build the step's expressions from it).
+    ///
+    /// ```
+    /// let p = kiln_optim::Parameter::new("w", kiln::Array::ones(&[2], kiln::DType::F32));
+    /// assert_eq!(p.value().to_vec::<f32>()?, vec![1.0, 1.0]);
+    /// # Ok::<(), kiln::Error>(())
+    /// ```
+    pub fn value(&self) -> Array {
+        self.value.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Replaces the value; it must have the parameter's dtype and shape.
+    ///
+    /// ```
+    /// let p = kiln_optim::Parameter::new("w", kiln::Array::ones(&[2], kiln::DType::F32));
+    /// p.assign(kiln::Array::zeros(&[2], kiln::DType::F32))?;
+    /// assert_eq!(p.value().to_vec::<f32>()?, vec![0.0, 0.0]);
+    /// # Ok::<(), kiln_optim::Error>(())
+    /// ```
+    pub fn assign(&self, value: Array) -> Result<()> {
+        if value.dtype() != self.dtype || value.shape() != &self.shape[..] {
+            return Err(Error::Mismatch {
+                op: "assign",
+                name: self.name.clone(),
+                expected: describe(self.dtype, &self.shape),
+                found: describe(value.dtype(), value.shape()),
+                hint: "a parameter keeps its dtype and shape; cast or reshape the value".into(),
+            });
+        }
+        *self.value.lock().unwrap_or_else(|e| e.into_inner()) = value;
+        Ok(())
+    }
+}
