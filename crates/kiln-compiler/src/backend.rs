@@ -32,6 +32,9 @@ pub struct Launch<'a> {
     pub scalars: &'a [Scalar],
     /// The random seeds.
     pub seeds: &'a [u64],
+    /// The symbol values (`Bindings::dims`): resolve any relative shape of the plan, e.g. an
+    /// `Iota`/`Random` input's base shape, with `kiln_ir::resolve_shape(shape, dims)`.
+    pub dims: &'a [usize],
 }
 
 /// A device that can execute plan kernels.
@@ -204,6 +207,7 @@ fn run_kernels<B: Backend>(
             views,
             scalars,
             seeds: &bindings.seeds,
+            dims,
         };
         let result = {
             let args: Vec<Arg<'_, B::Buffer>> = kernel
