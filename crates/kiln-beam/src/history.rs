@@ -1,0 +1,149 @@
+//! Hypotheses (a word, its cost and per-scorer costs, a back-pointer shared with `Arc`) and the
+//! per-sentence history of finished hypotheses with n-best traceback.
+
+use std::sync::Arc;
+
+/// One partial or finished translation, linked to its predecessor.
+#[derive(Debug, Clone)]
+pub struct Hypothesis {
+    /// The last word.
+    pub word: usize,
+    /// The total (unnormalised) log-probability.
+    pub cost: f64,
+    /// The cost contributed by each scorer (unweighted log-probabilities).
+    pub costs: Vec<f64>,
+    /// The previous hypothesis (`None` for the sentence start).
+    pub prev: Option<Arc<Hypothesis>>,
+    /// The beam row of the previous hypothesis in the step that extended it.
+    pub prev_index: usize,
+    /// The attention row of this step, if a scorer provides one.
+    pub attention: Option<Vec<f32>>,
+    /// Number of words (including this one; 0 for the start).
+    pub length: usize,
+}
+
+impl Hypothesis {
+    /// The start of a sentence.
+    ///
+    /// ```
+    /// let h = kiln_beam::Hypothesis::start(2, 1);
+    /// assert_eq!(h.length, 0);
+    /// ```
+    pub fn start(bos: usize, scorers: usize) -> Hypothesis {
+        Hypothesis {
+            word: bos,
+            cost: 0.0,
+            costs: vec![0.0; scorers],
+            prev: None,
+            prev_index: 0,
+            attention: None,
+            length: 0,
+        }
+    }
+
+    /// The words from the sentence start to here (the start symbol excluded).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// let s = Arc::new(kiln_beam::Hypothesis::start(0, 1));
+    /// let h = kiln_beam::Hypothesis { word: 7, length: 1, prev: Some(s), ..kiln_beam::Hypothesis::start(0, 1) };
+    /// assert_eq!(h.words(), vec![7]);
+    /// ```
+    pub fn words(&self) -> Vec<usize> {
+        let mut out = Vec::with_capacity(self.length);
+        let mut h = Some(self);
+        while let Some(x) = h {
+            if x.prev.is_some() {
+                out.push(x.word);
+            }
+            h = x.prev.as_deref();
+        }
+        out.reverse();
+        out
+    }
+
+    /// The attention rows from the sentence start to here.
+    ///
+    /// ```
+    /// assert!(kiln_beam::Hypothesis::start(0, 1).attentions().is_empty());
+    /// ```
+    pub fn attentions(&self) -> Vec<Vec<f32>> {
+        let mut out = Vec::new();
+        let mut h = Some(self);
+        while let Some(x) = h {
+            if let Some(a) = &x.attention {
+                out.push(a.clone());
+            }
+            h = x.prev.as_deref();
+        }
+        out.reverse();
+        out
+    }
+}
+
+/// A finished hypothesis with its normalised score.
+#[derive(Debug, Clone)]
+pub struct Finished {
+    /// The score used for ranking (normalised).
+    pub score: f64,
+    /// The hypothesis (its last word is EOS unless it was forced to finish at the length limit).
+    pub hyp: Arc<Hypothesis>,
+}
+
+/// The finished hypotheses of one sentence, best first.
+#[derive(Debug, Clone, Default)]
+pub struct History {
+    finished: Vec<Finished>,
+}
+
+impl History {
+    /// Adds a finished hypothesis.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// let mut h = kiln_beam::History::default();
+    /// h.add(Arc::new(kiln_beam::Hypothesis::start(0, 1)), -1.0);
+    /// assert_eq!(h.len(), 1);
+    /// ```
+    pub fn add(&mut self, hyp: Arc<Hypothesis>, score: f64) {
+        // keep sorted, best first; equal scores keep insertion order
+        let pos = self.finished.partition_point(|f| f.score >= score);
+        self.finished.insert(pos, Finished { score, hyp });
+    }
+
+    /// The best finished hypothesis.
+    ///
+    /// ```
+    /// assert!(kiln_beam::History::default().best().is_none());
+    /// ```
+    pub fn best(&self) -> Option<&Finished> {
+        self.finished.first()
+    }
+
+    /// The `n` best, best first.
+    ///
+    /// ```
+    /// assert!(kiln_beam::History::default().nbest(3).is_empty());
+    /// ```
+    pub fn nbest(&self, n: usize) -> &[Finished] {
+        &self.finished[..n.min(self.finished.len())]
+    }
+
+    /// Number of finished hypotheses.
+    ///
+    /// ```
+    /// assert_eq!(kiln_beam::History::default().len(), 0);
+    /// ```
+    pub fn len(&self) -> usize {
+        self.finished.len()
+    }
+
+    /// True if nothing finished.
+    ///
+    /// ```
+    /// assert!(kiln_beam::History::default().is_empty());
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.finished.is_empty()
+    }
+}
