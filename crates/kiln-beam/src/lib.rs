@@ -23,11 +23,15 @@
 //! # Ok::<(), kiln_beam::Error>(())
 //! ```
 
+mod g2p;
 mod history;
+mod npz;
 mod scorer;
 mod search;
 
+pub use g2p::G2p;
 pub use history::{Finished, History, Hypothesis};
+pub use npz::read_npz;
 pub use scorer::{Scorer, Step, TableScorer};
 pub use search::{decode_parallel, nbest_lines, BeamSearch, Gnmt, SearchConfig};
 

@@ -1,0 +1,239 @@
+//! The g2p-en grapheme-to-phoneme model (`g2p-en==2.1.0`, Apache-2.0): a GRU encoder over
+//! letters and a GRU decoder over phonemes (hidden 256 in the paper's config, 128 in the
+//! shipped checkpoint; PyTorch gate order r, z, n), read from its `checkpoint20.npz` and run
+//! with kiln as a [`Scorer`].
+
+use crate::scorer::{Scorer, Step};
+use crate::{read_npz, Error, Result};
+use kiln::{s, Array, DType};
+
+const GRAPHEMES: &str = "abcdefghijklmnopqrstuvwxyz";
+const PHONEMES: [&str; 70] = [
+    "AA0", "AA1", "AA2", "AE0", "AE1", "AE2", "AH0", "AH1", "AH2", "AO0", "AO1", "AO2", "AW0",
+    "AW1", "AW2", "AY0", "AY1", "AY2", "B", "CH", "D", "DH", "EH0", "EH1", "EH2", "ER0", "ER1",
+    "ER2", "EY0", "EY1", "EY2", "F", "G", "HH", "IH0", "IH1", "IH2", "IY0", "IY1", "IY2", "JH",
+    "K", "L", "M", "N", "NG", "OW0", "OW1", "OW2", "OY0", "OY1", "OY2", "P", "R", "S", "SH", "T",
+    "TH", "UH0", "UH1", "UH2", "UW", "UW0", "UW1", "UW2", "V", "W", "Y", "Z", "ZH",
+];
+
+struct Gru {
+    w_ih_t: Array, // [E, 3H]
+    w_hh_t: Array, // [H, 3H]
+    b_ih: Array,
+    b_hh: Array,
+    hidden: usize,
+}
+
+impl Gru {
+    /// One GRU step, PyTorch gate order (r, z, n).
+    fn cell(&self, x: &Array, h: &Array) -> kiln::Result<Array> {
+        let hs = self.hidden as isize;
+        let gi = x.try_matmul(&self.w_ih_t)?.try_add(&self.b_ih)?;
+        let gh = h.try_matmul(&self.w_hh_t)?.try_add(&self.b_hh)?;
+        let r = gi
+            .try_slice(s![.., ..hs])?
+            .try_add(&gh.try_slice(s![.., ..hs])?)?
+            .try_sigmoid()?;
+        let z = gi
+            .try_slice(s![.., hs..2 * hs])?
+            .try_add(&gh.try_slice(s![.., hs..2 * hs])?)?
+            .try_sigmoid()?;
+        let n = gi
+            .try_slice(s![.., 2 * hs..])?
+            .try_add(&r.try_mul(&gh.try_slice(s![.., 2 * hs..])?)?)?
+            .try_tanh()?;
+        // h' = (1 - z) * n + z * h
+        n.try_sub(&z.try_mul(&n)?)?.try_add(&z.try_mul(h)?)
+    }
+}
+
+/// The g2p-en model as a scorer.
+pub struct G2p {
+    enc_emb: Array,
+    dec_emb: Array,
+    enc: Gru,
+    dec: Gru,
+    fc_w_t: Array,
+    fc_b: Array,
+    encoded: Option<Array>,
+}
+
+impl G2p {
+    /// Sentence start (`<s>`).
+    pub const BOS: usize = 2;
+    /// Sentence end (`</s>`).
+    pub const EOS: usize = 3;
+    /// Unknown phoneme (`<unk>`).
+    pub const UNK: usize = 1;
+
+    /// Loads `checkpoint20.npz`, checking every tensor's shape; a mismatch names the tensor,
+    /// the expected and the found shape.
+    pub fn load(path: impl AsRef<std::path::Path>) -> Result<G2p> {
+        let mut t = read_npz(path.as_ref())?;
+        let shown = path.as_ref().display().to_string();
+        let mut take = |name: &str, want: Option<&[usize]>| -> Result<Array> {
+            let a = t.remove(name).ok_or_else(|| Error::Invalid {
+                op: "G2p::load",
+                message: format!("{shown}: no tensor named {name}"),
+            })?;
+            if let Some(w) = want {
+                if a.shape() != w || a.dtype() != DType::F32 {
+                    return Err(Error::Invalid {
+                        op: "G2p::load",
+                        message: format!(
+                            "{shown}: tensor {name} should be float32 {w:?} but is {} {:?}",
+                            a.dtype(),
+                            a.shape()
+                        ),
+                    });
+                }
+            }
+            Ok(a)
+        };
+        let enc_w_hh = take("enc_w_hh", None)?;
+        if enc_w_hh.ndim() != 2 || enc_w_hh.shape()[0] != 3 * enc_w_hh.shape()[1] {
+            return Err(Error::Invalid {
+                op: "G2p::load",
+                message: format!(
+                    "{shown}: tensor enc_w_hh should be [3H, H] but is {:?}",
+                    enc_w_hh.shape()
+                ),
+            });
+        }
+        let h = enc_w_hh.shape()[1];
+        let enc_emb = take("enc_emb", None)?;
+        let e = enc_emb.shape().get(1).copied().unwrap_or(0);
+        let (ng, np) = (GRAPHEMES.len() + 3, PHONEMES.len() + 4);
+        let enc_emb = check(&shown, "enc_emb", enc_emb, &[ng, e])?;
+        let gru = |take: &mut dyn FnMut(&str, Option<&[usize]>) -> Result<Array>,
+                   p: &str,
+                   w_hh: Option<Array>|
+         -> Result<Gru> {
+            let w_ih = take(&format!("{p}_w_ih"), Some(&[3 * h, e]))?;
+            let w_hh = match w_hh {
+                Some(w) => w,
+                None => take(&format!("{p}_w_hh"), Some(&[3 * h, h]))?,
+            };
+            let g = Gru {
+                w_ih_t: w_ih.transpose(),
+                w_hh_t: w_hh.transpose(),
+                b_ih: take(&format!("{p}_b_ih"), Some(&[3 * h]))?,
+                b_hh: take(&format!("{p}_b_hh"), Some(&[3 * h]))?,
+                hidden: h,
+            };
+            kiln::eval(&[&g.w_ih_t, &g.w_hh_t])?; // contiguous transposes, once
+            Ok(g)
+        };
+        let enc = gru(&mut take, "enc", Some(enc_w_hh))?;
+        let dec = gru(&mut take, "dec", None)?;
+        let dec_emb = take("dec_emb", Some(&[np, e]))?;
+        let fc_w_t = take("fc_w", Some(&[np, h]))?.transpose();
+        let fc_b = take("fc_b", Some(&[np]))?;
+        fc_w_t.eval()?;
+        Ok(G2p {
+            enc_emb,
+            dec_emb,
+            enc,
+            dec,
+            fc_w_t,
+            fc_b,
+            encoded: None,
+        })
+    }
+
+    /// Letter ids of a word followed by `</s>`; letters outside a-z become `<unk>`.
+    ///
+    /// ```
+    /// assert_eq!(kiln_beam::G2p::encode_word("ab?"), vec![3, 4, 1, 2]);
+    /// ```
+    pub fn encode_word(word: &str) -> Vec<usize> {
+        let mut ids: Vec<usize> = word
+            .chars()
+            .flat_map(|c| c.to_lowercase())
+            .map(|c| GRAPHEMES.find(c).map_or(1, |i| i + 3))
+            .collect();
+        ids.push(2);
+        ids
+    }
+
+    /// The phoneme of an output id (`<pad>`, `<unk>`, `<s>`, `</s>` for 0..4).
+    ///
+    /// ```
+    /// assert_eq!(kiln_beam::G2p::phoneme(4), "AA0");
+    /// ```
+    pub fn phoneme(id: usize) -> &'static str {
+        match id {
+            0 => "<pad>",
+            1 => "<unk>",
+            2 => "<s>",
+            3 => "</s>",
+            i => PHONEMES.get(i - 4).copied().unwrap_or("<unk>"),
+        }
+    }
+}
+
+fn check(shown: &str, name: &str, a: Array, want: &[usize]) -> Result<Array> {
+    if a.shape() != want || a.dtype() != DType::F32 {
+        return Err(Error::Invalid {
+            op: "G2p::load",
+            message: format!(
+                "{shown}: tensor {name} should be float32 {want:?} but is {} {:?}",
+                a.dtype(),
+                a.shape()
+            ),
+        });
+    }
+    Ok(a)
+}
+
+impl Scorer for G2p {
+    fn name(&self) -> &str {
+        "g2p"
+    }
+
+    fn vocab_size(&self) -> usize {
+        PHONEMES.len() + 4
+    }
+
+    fn encode(&mut self, batch: &[Vec<usize>]) -> Result<()> {
+        // Padded batch; each sentence keeps the state of its own last letter (its `</s>`).
+        let n = batch.len();
+        let t_max = batch.iter().map(Vec::len).max().unwrap_or(0);
+        let mut h = Array::zeros(&[n, self.enc.hidden], DType::F32);
+        h.eval()?;
+        for t in 0..t_max {
+            let ids: Vec<i64> = batch
+                .iter()
+                .map(|s| s.get(t).copied().unwrap_or(0) as i64)
+                .collect();
+            let live: Vec<bool> = batch.iter().map(|s| t < s.len()).collect();
+            let x = self.enc_emb.try_take(&Array::from_vec(ids, &[n])?, 0)?;
+            let h_new = self.enc.cell(&x, &h)?;
+            h = Array::try_where(&Array::from_vec(live, &[n, 1])?, &h_new, &h)?;
+            h.eval()?; // one small plan per step, the same every step
+        }
+        self.encoded = Some(h);
+        Ok(())
+    }
+
+    fn begin_state(&mut self, rows: usize, rows_per_sentence: usize) -> Result<Array> {
+        let enc = self.encoded.as_ref().ok_or(Error::Invalid {
+            op: "G2p::begin_state",
+            message: "encode first".into(),
+        })?;
+        let sentence = Array::arange(0.0, rows as f64, 1.0, DType::I64)?
+            .try_floor_div(rows_per_sentence as i64)?;
+        Ok(enc.try_take(&sentence, 0)?)
+    }
+
+    fn step(&mut self, state: &Array, prev: &Array, _rows_per_sentence: usize) -> Result<Step> {
+        let x = self.dec_emb.try_take(prev, 0)?;
+        let h = self.dec.cell(&x, state)?;
+        let logits = h.try_matmul(&self.fc_w_t)?.try_add(&self.fc_b)?;
+        Ok(Step {
+            log_probs: logits.try_log_softmax(-1)?,
+            next_state: h,
+            attention: None,
+        })
+    }
+}

