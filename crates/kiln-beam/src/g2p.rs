@@ -47,6 +47,9 @@ impl Gru {
     }
 }
 
+/// Takes a named tensor out of the checkpoint, checking its shape.
+type Take<'a> = dyn FnMut(&str, Option<&[usize]>) -> Result<Array> + 'a;
+
 /// The g2p-en model as a scorer.
 pub struct G2p {
     enc_emb: Array,
@@ -105,10 +108,7 @@ impl G2p {
         let e = enc_emb.shape().get(1).copied().unwrap_or(0);
         let (ng, np) = (GRAPHEMES.len() + 3, PHONEMES.len() + 4);
         let enc_emb = check(&shown, "enc_emb", enc_emb, &[ng, e])?;
-        let gru = |take: &mut dyn FnMut(&str, Option<&[usize]>) -> Result<Array>,
-                   p: &str,
-                   w_hh: Option<Array>|
-         -> Result<Gru> {
+        let gru = |take: &mut Take<'_>, p: &str, w_hh: Option<Array>| -> Result<Gru> {
             let w_ih = take(&format!("{p}_w_ih"), Some(&[3 * h, e]))?;
             let w_hh = match w_hh {
                 Some(w) => w,
