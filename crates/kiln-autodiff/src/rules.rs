@@ -88,9 +88,32 @@ pub fn vjp(node: &NodeRef, ins: &[NodeRef], pos: usize, g: &NodeRef) -> Result<O
             match op {
                 ReduceOp::Sum => Some(gb),
                 ReduceOp::Prod => {
-                    // d(prod)/dx = prod / x (not defined through zeros)
+                    // d(prod)/dx_i = prod of the other entries. Without zeros that is y / x_i;
+                    // with exactly one zero in the group it is the product of the non-zero
+                    // entries at the zero and 0 elsewhere; with two or more zeros it is 0.
+                    let ax: Vec<isize> = axes.iter().map(|&a| a as isize).collect();
+                    let is_zero = sc(B::Eq, x, 0.0)?;
+                    let one = build::full(x.shape().clone(), Scalar::Float(1.0), x.dtype());
+                    let nz = build::where_(&is_zero, &one, x)?;
+                    let p_nz = build::broadcast_to(
+                        &build::reduce(ReduceOp::Prod, &nz, Some(&ax), true)?,
+                        x.shape(),
+                    )?;
+                    let zeros = build::reduce(
+                        ReduceOp::Sum,
+                        &build::cast(&is_zero, x.dtype()),
+                        Some(&ax),
+                        true,
+                    )?;
+                    let zeros = build::broadcast_to(&zeros, x.shape())?;
                     let yb = build::broadcast_to(node, x.shape())?;
-                    Some(bin(B::Div, &bin(B::Mul, &gb, &yb)?, x)?)
+                    let at_zero = build::where_(&sc(B::Eq, &zeros, 1.0)?, &p_nz, &zeros_like(x))?;
+                    let elsewhere = bin(B::Div, &yb, &nz)?; // y is 0 when the group has a zero
+                    Some(bin(
+                        B::Mul,
+                        &gb,
+                        &build::where_(&is_zero, &at_zero, &elsewhere)?,
+                    )?)
                 }
                 ReduceOp::Max | ReduceOp::Min => {
                     // Ties share the gradient equally (as jax.numpy).
