@@ -102,3 +102,48 @@ fn a_corrupt_checkpoint_is_a_clear_error() {
     assert!(e.contains("bad.npz") && e.contains("zip"), "{e}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn matches_the_numpy_reference() {
+    // tests/fixtures/g2p_numpy.json: greedy and beam-4 outputs of a numpy implementation of
+    // the same model and search (tests/fixtures/gen_g2p_fixtures.py)
+    let Some(path) = checkpoint() else { return };
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/g2p_numpy.json"
+    ))
+    .unwrap();
+    let fixture: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let cases = fixture["cases"].as_array().unwrap();
+    assert!(cases.len() >= 30);
+    let words: Vec<&str> = cases.iter().map(|c| c["word"].as_str().unwrap()).collect();
+    let srcs: Vec<Vec<usize>> = words.iter().map(|w| G2p::encode_word(w)).collect();
+    let ids = |v: &serde_json::Value| -> Vec<usize> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as usize)
+            .collect()
+    };
+    let mut greedy = BeamSearch::new(vec![Box::new(G2p::load(&path).unwrap())], config(1));
+    let mut beam4 = BeamSearch::new(vec![Box::new(G2p::load(&path).unwrap())], config(4));
+    let g = greedy.decode(&srcs).unwrap();
+    let b = beam4.decode(&srcs).unwrap();
+    for (k, c) in cases.iter().enumerate() {
+        assert_eq!(
+            g[k].best().unwrap().hyp.words(),
+            ids(&c["greedy"]),
+            "greedy {}",
+            words[k]
+        );
+        let best = b[k].best().unwrap();
+        assert_eq!(best.hyp.words(), ids(&c["beam4"]), "beam 4 {}", words[k]);
+        let want = c["beam4_logprob"].as_f64().unwrap();
+        assert!(
+            (best.hyp.cost - want).abs() < 1e-4 * (1.0 + want.abs()),
+            "{}: {} vs {want}",
+            words[k],
+            best.hyp.cost
+        );
+    }
+}
