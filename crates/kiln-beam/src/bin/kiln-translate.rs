@@ -1,0 +1,295 @@
+//! `kiln-translate`: decodes lines from stdin to stdout with a kiln beam search, with the
+//! options users of amun/Marian know. Models: `--model g2p:PATH` (g2p-en's checkpoint20.npz;
+//! each input line is a word, output is its phonemes).
+//!
+//! ```text
+//! echo activationist | kiln-translate --model g2p:data/g2p_en/checkpoint20.npz -b 4 --n-best
+//! ```
+
+use kiln_beam::{decode_parallel, nbest_lines, BeamSearch, G2p, Scorer, SearchConfig};
+use std::io::{Read, Write};
+use std::time::Instant;
+
+const USAGE: &str = "usage: kiln-translate --model g2p:PATH [options] < input > output
+
+options:
+  -b, --beam-size N          beam size (default 4)
+      --n-best               print n-best lists: id ||| words ||| F0= c ||| total
+      --normalize A          length normalisation exponent (score = (cost - wp*len) / len^A)
+      --word-penalty WP      word penalty
+      --max-length-factor F  stop at F x source length (default 3)
+      --mini-batch N         sentences per mini-batch (default 16)
+      --maxi-batch N         mini-batches read and sorted together (default 100)
+      --threads N            decoding threads (default 1)
+      --weights W1,W2,...    ensemble weights, one per --model
+      --allow-unk            allow the UNK word in the output
+      --alignment hard|soft  print alignments (needs a model with attention)
+      --max-input N          crop input lines to N symbols, with a warning (default 200)
+  -h, --help";
+
+struct Options {
+    models: Vec<String>,
+    config: SearchConfig,
+    n_best: bool,
+    mini_batch: usize,
+    maxi_batch: usize,
+    threads: usize,
+    weights: Vec<f64>,
+    alignment: Option<String>,
+    max_input: usize,
+}
+
+fn parse(args: &[String]) -> Result<Options, String> {
+    let mut o = Options {
+        models: vec![],
+        config: SearchConfig {
+            bos: G2p::BOS,
+            eos: G2p::EOS,
+            unk: Some(G2p::UNK),
+            ..Default::default()
+        },
+        n_best: false,
+        mini_batch: 16,
+        maxi_batch: 100,
+        threads: 1,
+        weights: vec![],
+        alignment: None,
+        max_input: 200,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut val = |name: &str| it.next().cloned().ok_or(format!("{name} needs a value"));
+        let num = |name: &str, v: String| {
+            v.parse::<f64>()
+                .map_err(|_| format!("{name}: {v:?} is not a number"))
+        };
+        match a.as_str() {
+            "-h" | "--help" => return Err(String::new()),
+            "--model" | "-m" => o.models.push(val(a)?),
+            "-b" | "--beam-size" => o.config.beam = num(a, val(a)?)? as usize,
+            "--n-best" => o.n_best = true,
+            "--normalize" | "-n" => o.config.normalize = num(a, val(a)?)?,
+            "--word-penalty" => o.config.word_penalty = num(a, val(a)?)?,
+            "--max-length-factor" => o.config.max_length_factor = num(a, val(a)?)?,
+            "--mini-batch" => o.mini_batch = num(a, val(a)?)? as usize,
+            "--maxi-batch" => o.maxi_batch = num(a, val(a)?)? as usize,
+            "--threads" => o.threads = num(a, val(a)?)? as usize,
+            "--allow-unk" => o.config.allow_unk = true,
+            "--max-input" => o.max_input = num(a, val(a)?)? as usize,
+            "--weights" => {
+                o.weights = val(a)?
+                    .split(',')
+                    .map(|w| num("--weights", w.to_string()))
+                    .collect::<Result<_, _>>()?
+            }
+            "--alignment" => {
+                let v = val(a)?;
+                if v != "hard" && v != "soft" {
+                    return Err(format!("--alignment: {v:?} is not hard or soft"));
+                }
+                o.alignment = Some(v);
+            }
+            other => return Err(format!("unknown option {other:?}")),
+        }
+    }
+    if o.models.is_empty() {
+        return Err("give a model with --model g2p:PATH".into());
+    }
+    if !o.weights.is_empty() && o.weights.len() != o.models.len() {
+        return Err(format!(
+            "--weights has {} values for {} models",
+            o.weights.len(),
+            o.models.len()
+        ));
+    }
+    if o.config.beam == 0 || o.mini_batch == 0 {
+        return Err("beam size and mini-batch must be at least 1".into());
+    }
+    if o.alignment.is_some() {
+        return Err(
+            "--alignment: the g2p model has no attention, so there is no alignment to print".into(),
+        );
+    }
+    Ok(o)
+}
+
+struct Weighted(G2p, f64);
+
+impl Scorer for Weighted {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    fn weight(&self) -> f64 {
+        self.1
+    }
+    fn vocab_size(&self) -> usize {
+        self.0.vocab_size()
+    }
+    fn encode(&mut self, batch: &[Vec<usize>]) -> kiln_beam::Result<()> {
+        self.0.encode(batch)
+    }
+    fn begin_state(&mut self, rows: usize, per: usize) -> kiln_beam::Result<kiln::Array> {
+        self.0.begin_state(rows, per)
+    }
+    fn step(
+        &mut self,
+        s: &kiln::Array,
+        p: &kiln::Array,
+        per: usize,
+    ) -> kiln_beam::Result<kiln_beam::Step> {
+        self.0.step(s, p, per)
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let o = match parse(&args) {
+        Ok(o) => o,
+        Err(e) => {
+            if !e.is_empty() {
+                eprintln!("kiln-translate: {e}");
+            }
+            eprintln!("{USAGE}");
+            std::process::exit(if e.is_empty() { 0 } else { 2 });
+        }
+    };
+    let paths: Vec<String> = o
+        .models
+        .iter()
+        .map(|m| match m.split_once(':') {
+            Some(("g2p", p)) => Ok(p.to_string()),
+            _ => Err(format!("--model {m:?}: expected g2p:PATH")),
+        })
+        .collect::<Result<_, _>>()
+        .unwrap_or_else(|e| {
+            eprintln!("kiln-translate: {e}");
+            std::process::exit(2)
+        });
+    let weights = if o.weights.is_empty() {
+        vec![1.0; paths.len()]
+    } else {
+        o.weights.clone()
+    };
+    // fail early on a bad model file
+    for p in &paths {
+        if let Err(e) = G2p::load(p) {
+            eprintln!("kiln-translate: {e}");
+            std::process::exit(1);
+        }
+    }
+    let make = || -> kiln_beam::Result<BeamSearch> {
+        let scorers = paths
+            .iter()
+            .zip(&weights)
+            .map(|(p, &w)| G2p::load(p).map(|g| Box::new(Weighted(g, w)) as Box<dyn Scorer>))
+            .collect::<kiln_beam::Result<_>>()?;
+        Ok(BeamSearch::new(scorers, o.config.clone()))
+    };
+    let mut raw = Vec::new();
+    if let Err(e) = std::io::stdin().read_to_end(&mut raw) {
+        eprintln!("kiln-translate: reading stdin: {e}");
+        std::process::exit(1);
+    }
+    let mut lines: Vec<Option<String>> = Vec::new();
+    for (n, bytes) in raw.split(|&b| b == b'\n').enumerate() {
+        if n + 1 == raw.split(|&b| b == b'\n').count() && bytes.is_empty() {
+            break; // the final newline
+        }
+        let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
+        match std::str::from_utf8(bytes) {
+            Ok(s) => {
+                let mut s = s.trim().to_string();
+                if s.chars().count() > o.max_input {
+                    eprintln!(
+                        "kiln-translate: line {}: cropped to {} symbols",
+                        n + 1,
+                        o.max_input
+                    );
+                    s = s.chars().take(o.max_input).collect();
+                }
+                lines.push(Some(s));
+            }
+            Err(_) => {
+                eprintln!(
+                    "kiln-translate: line {}: invalid UTF-8; writing an empty line",
+                    n + 1
+                );
+                lines.push(None);
+            }
+        }
+    }
+    let start = Instant::now();
+    let out = std::io::stdout();
+    let mut out = out.lock();
+    let total = lines.len();
+    let mut produced = 0usize;
+    let chunk = (o.mini_batch * o.maxi_batch).max(1);
+    let names: Vec<String> = (0..paths.len()).map(|i| format!("F{i}")).collect();
+    let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    for (c, block) in lines.chunks(chunk).enumerate() {
+        let srcs: Vec<Vec<usize>> = block
+            .iter()
+            .map(|l| match l {
+                Some(s) if !s.is_empty() => G2p::encode_word(s),
+                _ => vec![],
+            })
+            .collect();
+        // empty lines (and invalid ones) give empty output lines without decoding
+        let todo: Vec<usize> = (0..srcs.len()).filter(|&i| !srcs[i].is_empty()).collect();
+        let picked: Vec<Vec<usize>> = todo.iter().map(|&i| srcs[i].clone()).collect();
+        let hist = match decode_parallel(&picked, &make, o.mini_batch, o.threads) {
+            Ok(h) => h,
+            Err(e) => {
+                eprintln!("kiln-translate: {e}");
+                std::process::exit(1);
+            }
+        };
+        let mut by_line = vec![None; srcs.len()];
+        for (&i, h) in todo.iter().zip(hist) {
+            by_line[i] = Some(h);
+        }
+        for (i, h) in by_line.into_iter().enumerate() {
+            let id = c * chunk + i;
+            let phon = |w: usize| G2p::phoneme(w).to_string();
+            let strip = |ws: Vec<usize>| {
+                ws.into_iter()
+                    .filter(|&w| w != G2p::EOS)
+                    .map(phon)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            };
+            match h {
+                Some(h) if o.n_best => {
+                    for line in nbest_lines(id, &h, o.config.beam, &name_refs, |w| {
+                        if w == G2p::EOS {
+                            String::new()
+                        } else {
+                            phon(w)
+                        }
+                    }) {
+                        let _ = writeln!(out, "{}", line.replace("  |||", " |||"));
+                    }
+                }
+                Some(h) => {
+                    let words = h.best().map(|b| strip(b.hyp.words())).unwrap_or_default();
+                    produced += words.split_whitespace().count();
+                    let _ = writeln!(out, "{words}");
+                }
+                None => {
+                    let _ = writeln!(out);
+                }
+            }
+        }
+        eprint!(
+            "\rkiln-translate: {}/{} lines",
+            (c * chunk + block.len()).min(total),
+            total
+        );
+    }
+    let secs = start.elapsed().as_secs_f64();
+    eprintln!(
+        "\nkiln-translate: {total} lines, {produced} output words in {secs:.2} s ({:.0} lines/s, {:.0} words/s)",
+        total as f64 / secs.max(1e-9),
+        produced as f64 / secs.max(1e-9)
+    );
+}
