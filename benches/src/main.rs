@@ -63,9 +63,370 @@ fn vm_hwm_bytes() -> Option<usize> {
     Some(kb * 1024)
 }
 
+/// The build flavour: `native` when compiled with AVX2 enabled at compile time (e.g.
+/// `RUSTFLAGS="-C target-cpu=native"`), else `default`.
+fn flavour() -> &'static str {
+    if cfg!(target_feature = "avx2") {
+        "native"
+    } else {
+        "default"
+    }
+}
+
+/// One timing line: median over `reps` runs (after a warm-up), with GB/s or GFLOP/s.
+fn report(workload: &str, size: &str, reps: usize, bytes: f64, flops: f64, f: impl FnMut()) {
+    let (med, lo, hi) = time(reps, f);
+    let mut fields = vec![
+        ("workload", s(workload)),
+        ("size", s(size)),
+        ("build", s(flavour())),
+        ("isa", s(kiln_cpu::isa().name())),
+        ("median_ms", format!("{:.4}", med * 1e3)),
+        ("min_ms", format!("{:.4}", lo * 1e3)),
+        ("max_ms", format!("{:.4}", hi * 1e3)),
+    ];
+    if bytes > 0.0 {
+        fields.push(("gb_per_s", format!("{:.2}", bytes / med / 1e9)));
+    }
+    if flops > 0.0 {
+        fields.push(("gflop_per_s", format!("{:.2}", flops / med / 1e9)));
+    }
+    json(&fields);
+}
+
+fn uniform(shape: &[usize], seed: u64) -> Array {
+    let a = Array::uniform(shape, -1.0, 1.0, seed, DType::F32).expect("float dtype");
+    a.eval().expect("evaluates");
+    a
+}
+
+fn reps_for(bytes: f64, quick: bool) -> usize {
+    let r = if bytes > 1e9 {
+        7
+    } else if bytes > 1e8 {
+        11
+    } else {
+        21
+    };
+    if quick {
+        3
+    } else {
+        r
+    }
+}
+
+fn wanted(only: &Option<Vec<String>>, w: &str) -> bool {
+    only.as_ref().is_none_or(|o| o.iter().any(|x| x == w))
+}
+
+/// W1–W7 (design.md §6): end-to-end `eval` times of fresh expressions (each call builds the
+/// expression, hits the graph cache, runs the plan and hands a fresh output to the caller).
+fn workloads(quick: bool, only: &Option<Vec<String>>) {
+    let mega = 1usize << 20;
+    if wanted(only, "W1") {
+        for n in [mega, 16 * mega, 64 * mega] {
+            let (a, b, c, d) = (
+                uniform(&[n], 1),
+                uniform(&[n], 2),
+                uniform(&[n], 3),
+                uniform(&[n], 4),
+            );
+            let bytes = 5.0 * 4.0 * n as f64;
+            report(
+                "W1",
+                &format!("{}M", n / mega),
+                reps_for(bytes, quick),
+                bytes,
+                0.0,
+                || {
+                    ((&a * &b + &c) * &d - &a).eval().expect("W1");
+                },
+            );
+        }
+    }
+    if wanted(only, "W1_pool") {
+        // Buffer reuse: the same W1 with the output kept alive (fresh pages every call) versus
+        // an intermediate-only plan whose buffers come back from the pool (`sum` of the W1
+        // expression: one fused reduction, no output pages).
+        let n = 16 * mega;
+        let (a, b, c, d) = (
+            uniform(&[n], 1),
+            uniform(&[n], 2),
+            uniform(&[n], 3),
+            uniform(&[n], 4),
+        );
+        let bytes = 5.0 * 4.0 * n as f64;
+        let hits0 = kiln_cpu::CpuBackend::pool().stats();
+        report(
+            "W1_two_kernels_pool",
+            "16M",
+            reps_for(bytes, quick),
+            bytes,
+            0.0,
+            || {
+                // Two kernels (a reduction splits the chain): the intermediate comes from the pool.
+                let t = (&a * &b + &c) * &d - &a;
+                let m = t.max(None, true);
+                (&t - &m).eval().expect("W1 two kernels");
+            },
+        );
+        let hits1 = kiln_cpu::CpuBackend::pool().stats();
+        json(&[
+            ("workload", s("pool_stats")),
+            ("hits", (hits1.hits - hits0.hits).to_string()),
+            ("misses", (hits1.misses - hits0.misses).to_string()),
+        ]);
+        kiln_cpu::CpuBackend::pool().set_limit(0);
+        report(
+            "W1_two_kernels_nopool",
+            "16M",
+            reps_for(bytes, quick),
+            bytes,
+            0.0,
+            || {
+                let t = (&a * &b + &c) * &d - &a;
+                let m = t.max(None, true);
+                (&t - &m).eval().expect("W1 two kernels");
+            },
+        );
+        kiln_cpu::CpuBackend::pool().set_limit(kiln_cpu::DEFAULT_POOL_BYTES);
+    }
+    if wanted(only, "triad") {
+        // STREAM-style triad a = b + 3c over 64M f32 on all cores (rayon, 64K-element chunks):
+        // into a reused output (the memory-bandwidth limit) and into a fresh vector each call
+        // (what a fresh output page costs).
+        use rayon::prelude::*;
+        let n = 64 * mega;
+        let b: Vec<f32> = (0..n).map(|i| (i % 1000) as f32).collect();
+        let c: Vec<f32> = (0..n).map(|i| (i % 777) as f32).collect();
+        let mut a = vec![0.0f32; n];
+        let triad = |a: &mut [f32]| {
+            a.par_chunks_mut(1 << 16)
+                .zip(b.par_chunks(1 << 16).zip(c.par_chunks(1 << 16)))
+                .for_each(|(a, (b, c))| {
+                    for ((a, b), c) in a.iter_mut().zip(b).zip(c) {
+                        *a = b + 3.0 * c;
+                    }
+                })
+        };
+        let bytes = 12.0 * n as f64;
+        report(
+            "triad_reused",
+            "64M",
+            reps_for(bytes, quick),
+            bytes,
+            0.0,
+            || {
+                triad(&mut a);
+                std::hint::black_box(&a);
+            },
+        );
+        report(
+            "triad_fresh",
+            "64M",
+            reps_for(bytes, quick),
+            bytes,
+            0.0,
+            || {
+                let mut a = vec![0.0f32; n];
+                triad(&mut a);
+                std::hint::black_box(&a);
+            },
+        );
+    }
+    if wanted(only, "W2") {
+        let n = 16 * mega;
+        let x = uniform(&[n], 5);
+        let x = (&x * 4.0f32).eval_into();
+        let bytes = 2.0 * 4.0 * n as f64;
+        report("W2", "16M", reps_for(bytes, quick), bytes, 0.0, || {
+            ((-(&x * &x)).exp() * x.sin() + x.tanh())
+                .eval()
+                .expect("W2");
+        });
+    }
+    if wanted(only, "W3") {
+        let m = 4096;
+        let a = uniform(&[m, m], 6);
+        let row = uniform(&[m], 7);
+        let col = uniform(&[m, 1], 8);
+        let bytes = 2.0 * 4.0 * (m * m) as f64;
+        report(
+            "W3",
+            "4096x4096",
+            reps_for(bytes, quick),
+            bytes,
+            0.0,
+            || {
+                (&a + &row + &col).eval().expect("W3");
+            },
+        );
+    }
+    if wanted(only, "W4") {
+        let n = 16 * mega;
+        let (a, b) = (uniform(&[n], 9), uniform(&[n], 10));
+        let bytes = 2.0 * 4.0 * n as f64;
+        report(
+            "W4_sum_ab",
+            "16M",
+            reps_for(bytes, quick),
+            bytes,
+            0.0,
+            || {
+                (&a * &b).sum(None, false).eval().expect("W4 sum");
+            },
+        );
+        let m = uniform(&[4096, 4096], 11);
+        let bytes = 4.0 * (4096 * 4096) as f64;
+        report(
+            "W4_row_sums",
+            "4096x4096",
+            reps_for(bytes, quick),
+            bytes,
+            0.0,
+            || {
+                m.sum(Some(&[-1]), false).eval().expect("W4 rows");
+            },
+        );
+        let s = uniform(&[4096, 1024], 12);
+        let bytes = 2.0 * 4.0 * (4096 * 1024) as f64;
+        report(
+            "W4_softmax_rows",
+            "4096x1024",
+            reps_for(bytes, quick),
+            bytes,
+            0.0,
+            || {
+                s.softmax(-1).eval().expect("W4 softmax");
+            },
+        );
+    }
+    if wanted(only, "W5") {
+        for n in [1024usize, 2048] {
+            let (a, b) = (uniform(&[n, n], 13), uniform(&[n, n], 14));
+            let flops = 2.0 * (n * n * n) as f64;
+            report(
+                "W5_sgemm",
+                &format!("{n}^3"),
+                if quick { 3 } else { 11 },
+                0.0,
+                flops,
+                || {
+                    a.matmul(&b).eval().expect("W5");
+                },
+            );
+        }
+        let n = 1024;
+        let (x, w, bias) = (
+            uniform(&[n, n], 15),
+            uniform(&[n, n], 16),
+            uniform(&[n], 17),
+        );
+        let flops = 2.0 * (n * n * n) as f64;
+        report(
+            "W5_relu_xw_b",
+            "1024^2",
+            if quick { 3 } else { 11 },
+            0.0,
+            flops,
+            || {
+                (x.matmul(&w) + &bias).relu().eval().expect("W5 relu");
+            },
+        );
+    }
+    if wanted(only, "W6") {
+        let iters = if quick { 1000 } else { 10_000 };
+        let w = uniform(&[64, 64], 18);
+        let b = uniform(&[64], 19);
+        let x = uniform(&[64, 64], 20);
+        let per: Vec<f64> = (0..if quick { 3 } else { 7 })
+            .map(|_| {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    (x.matmul(&w) + &b).eval().expect("W6");
+                }
+                start.elapsed().as_secs_f64() / iters as f64
+            })
+            .collect();
+        let med = median(per);
+        json(&[
+            ("workload", s("W6")),
+            ("size", s("64x64x10000")),
+            ("build", s(flavour())),
+            ("isa", s(kiln_cpu::isa().name())),
+            ("median_ms", format!("{:.6}", med * 1e3)),
+            ("us_per_iter", format!("{:.3}", med * 1e6)),
+            (
+                "gflop_per_s",
+                format!("{:.2}", 2.0 * 64f64.powi(3) / med / 1e9),
+            ),
+        ]);
+    }
+    if wanted(only, "W7") {
+        let batch = 256;
+        let x = uniform(&[batch, 784], 21);
+        let labels: Vec<i64> = (0..batch as i64).map(|i| (i * 7) % 10).collect();
+        let y = Array::from_vec(labels, &[batch])
+            .expect("shape")
+            .one_hot(10, DType::F32);
+        y.eval().expect("labels");
+        let w1 = (uniform(&[784, 512], 22) * 0.05f32).eval_into();
+        let b1 = Array::zeros(&[512], DType::F32);
+        let w2 = (uniform(&[512, 10], 23) * 0.05f32).eval_into();
+        let b2 = Array::zeros(&[10], DType::F32);
+        kiln::eval(&[&b1, &b2]).expect("params");
+        let mut params = vec![w1, b1, w2, b2];
+        let flops = 3.0 * 2.0 * (batch * (784 * 512 + 512 * 10)) as f64;
+        report(
+            "W7_mlp_step",
+            "784-512-10 b256",
+            if quick { 3 } else { 21 },
+            0.0,
+            flops,
+            || {
+                let (w1, b1, w2, b2) = (&params[0], &params[1], &params[2], &params[3]);
+                let h = (x.matmul(w1) + b1).relu();
+                let logits = h.matmul(w2) + b2;
+                let loss = -(logits.log_softmax(-1) * &y).sum(None, false) / batch as f32;
+                let g = kiln::grad(&loss, &[w1, b1, w2, b2]).expect("grad");
+                let new: Vec<Array> = params
+                    .iter()
+                    .zip(&g)
+                    .map(|(p, g)| p - &(g * 0.01f32))
+                    .collect();
+                let refs: Vec<&Array> = new.iter().chain([&loss]).collect();
+                kiln::eval(&refs).expect("W7");
+                params = new;
+            },
+        );
+    }
+}
+
+/// Evaluates and returns the array (for setup expressions).
+trait EvalInto {
+    fn eval_into(self) -> Array;
+}
+impl EvalInto for Array {
+    fn eval_into(self) -> Array {
+        self.eval().expect("evaluates");
+        self
+    }
+}
+
 #[allow(clippy::default_constructed_unit_structs)] // the backend may gain state (a pool)
 fn main() {
-    let quick = std::env::args().any(|a| a == "--quick");
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    // `--only W1,W2,...`: just those workloads (W1..W7, W1_pool), none of the compiler ones.
+    let only: Option<Vec<String>> = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1))
+        .map(|l| l.split(',').map(str::to_owned).collect());
+    if only.is_some() {
+        workloads(quick, &only);
+        return;
+    }
     let reps = if quick { 5 } else { 101 };
     let x = Array::from_vec(vec![0.5f32; 64], &[64]).expect("shape matches");
     let engine = Engine::new(CpuBackend::default(), 64);
@@ -148,53 +509,5 @@ fn main() {
         ]);
     }
 
-    // W1 end to end at 1M.
-    {
-        let n = 1 << 20;
-        let mk = |seed| Array::uniform(&[n], -1.0, 1.0, seed, DType::F32).expect("float dtype");
-        let (a, b, c, d) = (mk(1), mk(2), mk(3), mk(4));
-        kiln::eval(&[&a, &b, &c, &d]).expect("inputs evaluate");
-        let (med, lo, hi) = time(if quick { 3 } else { 21 }, || {
-            ((&a * &b + &c) * &d - &a).eval().expect("W1 evaluates");
-        });
-        json(&[
-            ("workload", s("W1")),
-            ("n", n.to_string()),
-            ("median_ms", format!("{:.3}", med * 1e3)),
-            ("min_ms", format!("{:.3}", lo * 1e3)),
-            ("max_ms", format!("{:.3}", hi * 1e3)),
-            (
-                "gb_per_s",
-                format!("{:.3}", 5.0 * 4.0 * n as f64 / med / 1e9),
-            ),
-        ]);
-    }
-
-    // W6: y = x @ w + b, 64x64, many iterations (the graph-cache hit path end to end).
-    {
-        let iters = if quick { 1000 } else { 10_000 };
-        let w = Array::normal(&[64, 64], 0.0, 0.1, 3, DType::F32).expect("float");
-        let b = Array::normal(&[64], 0.0, 0.1, 4, DType::F32).expect("float");
-        kiln::eval(&[&w, &b]).expect("evaluates");
-        let xs: Vec<Array> = (0..8)
-            .map(|i| Array::normal(&[64, 64], 0.0, 1.0, 10 + i, DType::F32).unwrap())
-            .collect();
-        for x in &xs {
-            x.eval().unwrap();
-        }
-        let run = || {
-            let start = Instant::now();
-            for i in 0..iters {
-                let y = xs[i % xs.len()].matmul(&w) + &b;
-                y.eval().expect("evaluates");
-            }
-            start.elapsed().as_secs_f64() / iters as f64
-        };
-        let per: Vec<f64> = (0..if quick { 1 } else { 5 }).map(|_| run()).collect();
-        json(&[
-            ("workload", s("W6")),
-            ("iterations", iters.to_string()),
-            ("median_us_per_iter", format!("{:.2}", median(per) * 1e6)),
-        ]);
-    }
+    workloads(quick, &None);
 }

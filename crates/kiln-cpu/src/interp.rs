@@ -54,6 +54,9 @@ pub struct Interp<'p> {
     /// Values of `Scalar` instructions, converted to their dtype.
     scalar_vals: Vec<Option<Scalar>>,
     scalars_filled: bool,
+    /// Position of element 0 of the `outs` slices passed to [`Interp::eval`] (a thread's
+    /// chunk of the outputs): in-place (aliased) inputs read element `p - outs_base`.
+    outs_base: usize,
 }
 
 impl<'p> Interp<'p> {
@@ -206,6 +209,7 @@ impl<'p> Interp<'p> {
             regs,
             scalar_vals,
             scalars_filled: false,
+            outs_base: 0,
         })
     }
 
@@ -239,7 +243,22 @@ impl<'p> Interp<'p> {
                         InstOp::Load(s) => s as usize,
                         _ => self.acc.expect("checked in new"),
                     };
-                    srcs[s].read_own(start, dst.as_mut_slice().range(0, n), outs);
+                    let src = &srcs[s];
+                    let offset = match src.kind {
+                        // Aliased inputs are contiguous from 0 over the whole output; `outs`
+                        // may be a chunk of it starting at `outs_base`.
+                        crate::source::SrcKind::Alias(_) => {
+                            src.walk.offset - self.outs_base as isize
+                        }
+                        _ => src.walk.offset,
+                    };
+                    src.read(
+                        &src.walk,
+                        offset,
+                        start,
+                        dst.as_mut_slice().range(0, n),
+                        outs,
+                    );
                     Ok(())
                 }
                 InstOp::Unary(uop, x) => ops::unary(uop, self.value(x, srcs, start, n), &mut dst),
@@ -274,6 +293,11 @@ impl<'p> Interp<'p> {
         }
         self.scalars_filled = true;
         Ok(())
+    }
+
+    /// Sets the position of element 0 of the `outs` slices that [`Interp::eval`] receives.
+    pub fn set_outs_base(&mut self, base: usize) {
+        self.outs_base = base;
     }
 
     /// Value `v` (an instruction index) over the current block.

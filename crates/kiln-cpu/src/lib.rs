@@ -8,12 +8,21 @@
 //!   process-wide [`BufferPool`] (bucketed by dtype and size, bounded in bytes), so a plan run
 //!   repeatedly reuses warm memory.
 //! * **Elementwise programs** run in a numexpr-style blocked interpreter: each instruction is
-//!   evaluated over a block of 1024 positions into a typed scratch column, reading inputs
-//!   through their strided views (in place when contiguous).
+//!   evaluated over a block of 1024 positions (4 KiB of f32: a program's live registers fit
+//!   in L1) into a typed scratch column, reading inputs through their strided views (in place
+//!   when contiguous). Float ops run SIMD lane kernels ([`vmath`]: vectorised `exp log tanh
+//!   sigmoid sin cos` with documented error bounds) compiled for SSE2, AVX2 + FMA and AVX-512
+//!   and picked at run time ([`isa`], `KILN_CPU_ISA`), so a default build uses the CPU's
+//!   widest vectors. Spaces of 64K positions or more run on all cores (rayon) in chunks fixed
+//!   by the size alone, each thread with its own registers.
 //! * **Reductions** fold the prologue's blocks into per-output accumulators (`f64` for float
-//!   sums, Neumaier-compensated for `f64`; wrapping `i64` for integers); **matmul** uses
-//!   `matrixmultiply` on the strided views directly; **take**, **concat** and **top-k** copy
-//!   through the views.
+//!   sums, vectorised, Neumaier-compensated for `f64`; wrapping `i64` for integers). Large
+//!   full reductions fold fixed chunks into partials merged in chunk order; large row
+//!   reductions give each task whole rows; so results never depend on the thread count.
+//!   **Matmul** uses `matrixmultiply` (AVX-512 kernels, its own threading) on the strided
+//!   views directly; **take**, **concat** and **top-k** copy through the views.
+//! * **Fresh memory**: large fresh buffers are advised `MADV_HUGEPAGE` before first touch
+//!   (fresh 4 KiB page faults cost as much as the work; see `docs/performance.md`).
 //!
 //! Every op has the semantics of `kiln-reference` (the oracle): integers wrap, division by
 //! zero is an error, `maximum`/`minimum` propagate NaN, casts follow `Scalar::cast`.
@@ -21,7 +30,8 @@
 //! The [`kiln_compiler::Executor`] implementation still evaluates whole expressions with
 //! the reference interpreter; the engine (compile, cache, `run`) replaces it.
 //!
-//! Depends on `kiln-ir`, `kiln-compiler`, `kiln-reference` and `matrixmultiply`.
+//! Depends on `kiln-ir`, `kiln-compiler`, `kiln-reference`, `matrixmultiply`, `rayon` and
+//! (Linux) `libc`.
 //!
 //! ```
 //! use kiln_compiler::{Input, Inst, InstOp, Kernel, KernelKind, Plan, Program, Slot, BufferDesc, OutputRef, Source, View};
@@ -57,11 +67,14 @@ mod buffer;
 mod interp;
 mod kernels;
 mod ops;
+mod simd;
 mod source;
 mod typed;
+pub mod vmath;
 mod walk;
 
 pub use buffer::{BufferPool, CpuBuffer, PoolStats, DEFAULT_POOL_BYTES};
+pub use simd::{detected_isa, isa, set_isa, Isa};
 pub use typed::{Conv, Elem, TSlice, TSliceMut, TypedVec};
 
 use kiln_compiler::{Arg, Backend, Executor, Kernel, KernelKind, Launch};

@@ -237,6 +237,12 @@ fn zip_map<T: Copy, U>(x: &[T], y: &[T], o: &mut [U], f: impl Fn(T, T) -> U) {
     }
 }
 
+/// Whether the lane kernels of [`crate::vmath`] run (every level but `scalar`).
+#[inline]
+fn lanes() -> bool {
+    crate::simd::isa() >= crate::simd::Isa::Sse2
+}
+
 /// The first `n` elements of a register of type `T`.
 #[inline]
 pub fn out_mut<T: Elem>(out: &mut TypedVec, n: usize) -> &mut [T] {
@@ -286,8 +292,18 @@ pub fn unary(op: UnaryOp, x: TSlice<'_>, out: &mut TypedVec) -> Result<()> {
             with_variant!(x, TSlice, v => map(v, o, |a| !crate::typed::Conv::<bool>::conv(a)))
         }
         _ => match x {
-            TSlice::F32(v) => unary_float(op, v, out_mut(out, n)),
-            TSlice::F64(v) => unary_float(op, v, out_mut(out, n)),
+            TSlice::F32(v) => {
+                let o = out_mut(out, n);
+                if !(lanes() && crate::vmath::unary_f32(op, v, o)) {
+                    unary_float(op, v, o)
+                }
+            }
+            TSlice::F64(v) => {
+                let o = out_mut(out, n);
+                if !(lanes() && crate::vmath::unary_f64(op, v, o)) {
+                    unary_float(op, v, o)
+                }
+            }
             TSlice::I32(v) => unary_int(op, v, out_mut(out, n))?,
             TSlice::I64(v) => unary_int(op, v, out_mut(out, n))?,
             TSlice::Bool(v) => {
@@ -439,8 +455,20 @@ pub fn binary(op: BinaryOp, a: TSlice<'_>, b: TSlice<'_>, out: &mut TypedVec) ->
         return Ok(());
     }
     match (a, b) {
-        (TSlice::F32(x), TSlice::F32(y)) => binary_float(op, x, y, out_mut(out, n)),
-        (TSlice::F64(x), TSlice::F64(y)) => binary_float(op, x, y, out_mut(out, n)),
+        (TSlice::F32(x), TSlice::F32(y)) => {
+            let o = out_mut(out, n);
+            if lanes() && crate::vmath::binary_f32(op, x, y, o) {
+                return Ok(());
+            }
+            binary_float(op, x, y, o)
+        }
+        (TSlice::F64(x), TSlice::F64(y)) => {
+            let o = out_mut(out, n);
+            if lanes() && crate::vmath::binary_f64(op, x, y, o) {
+                return Ok(());
+            }
+            binary_float(op, x, y, o)
+        }
         (TSlice::I32(x), TSlice::I32(y)) => binary_int(op, x, y, out_mut(out, n)),
         (TSlice::I64(x), TSlice::I64(y)) => binary_int(op, x, y, out_mut(out, n)),
         (TSlice::Bool(x), TSlice::Bool(y)) => {

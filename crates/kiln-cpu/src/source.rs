@@ -8,7 +8,7 @@
 use crate::buffer::CpuBuffer;
 use crate::typed::{with_variant, Elem, TSlice, TSliceMut, TypedVec};
 use crate::walk::{gather, internal, Walk};
-use kiln_compiler::{Arg, Kernel, Launch, Source, ViewOp};
+use kiln_compiler::{Arg, Kernel, Launch, Source};
 use kiln_ir::{random, DType, Dim, Distribution, Result};
 
 /// Where a kernel input's elements come from.
@@ -202,7 +202,6 @@ pub fn build<'a>(
             launch.views.len()
         )));
     }
-    let mut dims: Option<Vec<Option<usize>>> = None;
     let mut out = Vec::with_capacity(inputs.len());
     for (i, (input, arg)) in kernel.inputs.iter().zip(inputs).enumerate() {
         let walk = view_walk(launch, i, perm);
@@ -227,53 +226,22 @@ pub fn build<'a>(
             }
             (Arg::Virtual, None) => match input.source {
                 Source::Iota { axis } => {
-                    let dims = dims.get_or_insert_with(|| symbol_values(kernel, launch));
-                    let base: Vec<Option<usize>> = input
-                        .view
-                        .base
-                        .iter()
-                        .map(|d| match *d {
-                            Dim::Const(c) => Some(c),
-                            Dim::Sym(s) => dims.get(s as usize).copied().flatten(),
-                        })
-                        .collect();
-                    let mut stride: Option<usize> = base
-                        .get(axis + 1..)
-                        .unwrap_or(&[])
-                        .iter()
-                        .copied()
-                        .product();
-                    let mut len = if axis == 0 {
-                        Some(0)
-                    } else {
-                        base.get(axis).copied().flatten()
-                    };
-                    if stride.is_none() || len.is_none() {
-                        // Sizes that only the base states: read them off the strides.
-                        let bs = base_strides(input, &launch.views[i]);
-                        let at = |k: usize| {
-                            bs.get(k)
-                                .copied()
-                                .flatten()
-                                .filter(|&s| s > 0)
-                                .map(|s| s as usize)
-                        };
-                        stride = stride.or_else(|| {
-                            if axis + 1 == bs.len() {
-                                Some(1)
-                            } else {
-                                at(axis)
-                            }
-                        });
-                        len = len.or_else(|| Some(at(axis - 1)? / stride?));
-                    }
-                    match (stride, len) {
-                        (Some(stride), Some(len)) => SrcKind::Iota { stride: stride.max(1), len },
+                    let base = input.view.base.iter().map(|d| match *d {
+                        Dim::Const(c) => Some(c),
+                        Dim::Sym(s) => launch.dims.get(s as usize).copied(),
+                    });
+                    let base: Option<Vec<usize>> = base.collect();
+                    match base {
+                        Some(base) if axis < base.len() => SrcKind::Iota {
+                            stride: base[axis + 1..].iter().product::<usize>().max(1),
+                            len: if axis == 0 { 0 } else { base[axis] },
+                        },
                         _ => {
                             return Err(internal(format!(
-                                "{}: the base shape {:?} of an iota cannot be resolved from the launch (Launch carries no symbol values)",
+                                "{}: the base shape {:?} of an iota (axis {axis}) is not resolved by the launch's {} symbol values",
                                 what(),
-                                input.view.base
+                                input.view.base,
+                                launch.dims.len()
                             )))
                         }
                     }
@@ -311,159 +279,4 @@ pub fn build<'a>(
         });
     }
     Ok(out)
-}
-
-/// The values of the size symbols that the launch reveals: every relative shape the kernel
-/// states (its space, each view's result and, walking each view's ops backwards through
-/// permutes, broadcasts and reshapes, the intermediate shapes) matched against its resolved
-/// counterpart. Needed only for `Iota` inputs, whose element depends on the base shape.
-fn symbol_values(kernel: &Kernel, launch: &Launch<'_>) -> Vec<Option<usize>> {
-    let mut dims: Vec<Option<usize>> = Vec::new();
-    let learn = |sym: &[Dim], conc: &[usize], dims: &mut Vec<Option<usize>>| {
-        for (d, &c) in sym.iter().zip(conc) {
-            if let Dim::Sym(s) = *d {
-                let s = s as usize;
-                if dims.len() <= s {
-                    dims.resize(s + 1, None);
-                }
-                dims[s] = Some(c);
-            }
-        }
-    };
-    learn(&kernel.space, launch.space.dims(), &mut dims);
-    for _ in 0..3 {
-        for (input, resolved) in kernel.inputs.iter().zip(&launch.views) {
-            // Relative shapes of every stage of the view.
-            let mut stages = vec![input.view.base.clone()];
-            for op in &input.view.ops {
-                let prev = stages.last().expect("non-empty");
-                stages.push(match op {
-                    ViewOp::Reshape(t) | ViewOp::Broadcast(t) | ViewOp::Slice { shape: t, .. } => {
-                        t.clone()
-                    }
-                    ViewOp::Permute(p) => p.iter().map(|&a| prev[a]).collect(),
-                });
-            }
-            let mut conc: Vec<usize> = resolved.shape.dims().to_vec();
-            learn(&stages[stages.len() - 1], &conc, &mut dims);
-            for (k, op) in input.view.ops.iter().enumerate().rev() {
-                let before = &stages[k];
-                let next: Option<Vec<usize>> = match op {
-                    ViewOp::Permute(p) => {
-                        let mut c = vec![0; p.len()];
-                        for (i, &a) in p.iter().enumerate() {
-                            c[a] = conc[i];
-                        }
-                        Some(c)
-                    }
-                    ViewOp::Broadcast(_) => Some(
-                        before
-                            .iter()
-                            .zip(&conc)
-                            .map(|(d, &c)| match *d {
-                                Dim::Const(v) => v,
-                                Dim::Sym(_) => c,
-                            })
-                            .collect(),
-                    ),
-                    ViewOp::Reshape(_) => {
-                        let total: usize = conc.iter().product();
-                        let unknown: Vec<u32> = before
-                            .iter()
-                            .filter_map(|d| match *d {
-                                Dim::Sym(s)
-                                    if dims.get(s as usize).copied().flatten().is_none() =>
-                                {
-                                    Some(s)
-                                }
-                                _ => None,
-                            })
-                            .collect();
-                        let known: usize = before
-                            .iter()
-                            .map(|d| match *d {
-                                Dim::Const(v) => v,
-                                Dim::Sym(s) => dims.get(s as usize).copied().flatten().unwrap_or(1),
-                            })
-                            .product();
-                        match unknown.as_slice() {
-                            [] => Some(kiln_ir::resolve_shape(before, &fill(&dims)).0.to_vec()),
-                            [s] if known > 0 && total % known == 0 => {
-                                let s = *s as usize;
-                                dims.resize(dims.len().max(s + 1), None);
-                                dims[s] = Some(total / known);
-                                Some(kiln_ir::resolve_shape(before, &fill(&dims)).0.to_vec())
-                            }
-                            _ => None,
-                        }
-                    }
-                    ViewOp::Slice { .. } => None,
-                };
-                match next {
-                    Some(c) => {
-                        learn(before, &c, &mut dims);
-                        conc = c;
-                    }
-                    None => break,
-                }
-            }
-        }
-    }
-    dims
-}
-
-/// The element strides of a view's contiguous base, where the resolved view reveals them:
-/// walking the ops backwards, a slice divides a stride by its step, a permute moves it, a
-/// broadcast keeps it (except on broadcast dimensions); a reshape ends the walk.
-fn base_strides(
-    input: &kiln_compiler::Input,
-    resolved: &kiln_compiler::Strided,
-) -> Vec<Option<isize>> {
-    let view = &input.view;
-    let mut stages = vec![view.base.clone()];
-    for op in &view.ops {
-        let prev = stages.last().expect("non-empty");
-        stages.push(match op {
-            ViewOp::Reshape(t) | ViewOp::Broadcast(t) | ViewOp::Slice { shape: t, .. } => t.clone(),
-            ViewOp::Permute(p) => p.iter().map(|&a| prev[a]).collect(),
-        });
-    }
-    let mut cur: Vec<Option<isize>> = resolved.strides.iter().map(|&s| Some(s)).collect();
-    for (k, op) in view.ops.iter().enumerate().rev() {
-        let before = &stages[k];
-        cur = match op {
-            ViewOp::Slice { step, .. } => cur
-                .iter()
-                .zip(step)
-                .map(|(s, &st)| {
-                    s.and_then(|s| (st != 0 && s % st as isize == 0).then(|| s / st as isize))
-                })
-                .collect(),
-            ViewOp::Permute(p) => {
-                let mut pre = vec![None; p.len()];
-                for (i, &a) in p.iter().enumerate() {
-                    pre[a] = cur[i];
-                }
-                pre
-            }
-            ViewOp::Broadcast(t) => before
-                .iter()
-                .zip(t)
-                .zip(&cur)
-                .map(|((b, t), &s)| {
-                    if *b == Dim::Const(1) && *t != Dim::Const(1) {
-                        None
-                    } else {
-                        s
-                    }
-                })
-                .collect(),
-            ViewOp::Reshape(_) => return vec![None; view.base.len()],
-        };
-    }
-    cur
-}
-
-fn fill(dims: &[Option<usize>]) -> Vec<usize> {
-    dims.iter().map(|d| d.unwrap_or(0)).collect()
 }

@@ -432,6 +432,32 @@ impl TSliceMut<'_> {
         }
     }
 
+    /// Splits at `mid` (consuming the borrow), like `<[T]>::split_at_mut`.
+    pub fn split_at(self, mid: usize) -> (Self, Self) {
+        match self {
+            TSliceMut::Bool(v) => {
+                let (a, b) = v.split_at_mut(mid);
+                (TSliceMut::Bool(a), TSliceMut::Bool(b))
+            }
+            TSliceMut::I32(v) => {
+                let (a, b) = v.split_at_mut(mid);
+                (TSliceMut::I32(a), TSliceMut::I32(b))
+            }
+            TSliceMut::I64(v) => {
+                let (a, b) = v.split_at_mut(mid);
+                (TSliceMut::I64(a), TSliceMut::I64(b))
+            }
+            TSliceMut::F32(v) => {
+                let (a, b) = v.split_at_mut(mid);
+                (TSliceMut::F32(a), TSliceMut::F32(b))
+            }
+            TSliceMut::F64(v) => {
+                let (a, b) = v.split_at_mut(mid);
+                (TSliceMut::F64(a), TSliceMut::F64(b))
+            }
+        }
+    }
+
     /// Elements `a..b`, mutably.
     pub fn range(&mut self, a: usize, b: usize) -> TSliceMut<'_> {
         match self {

@@ -1,5 +1,11 @@
 //! `KernelKind::Elementwise`: the program evaluated block by block over the space, each
 //! result stored into its contiguous output.
+//!
+//! Spaces of at least [`PAR_MIN`] positions are cut into chunks of [`CHUNK`] positions (a
+//! multiple of the block) that rayon runs on all cores, each thread with its own registers
+//! ([`Interp`]); smaller spaces run on the calling thread. Every position's value is computed
+//! the same way on either path, so results do not depend on the thread count; a value error
+//! (integer division by zero) reports the first failing chunk's error.
 
 use crate::buffer::CpuBuffer;
 use crate::interp::{Interp, BLOCK};
@@ -8,6 +14,13 @@ use crate::typed::{copy_cast, TSliceMut};
 use crate::walk::internal;
 use kiln_compiler::{Arg, Kernel, Launch, Program};
 use kiln_ir::Result;
+use rayon::prelude::*;
+
+/// Positions per parallel chunk (32 blocks: 128 KiB of f32 per operand).
+pub const CHUNK: usize = 32 * BLOCK;
+
+/// Spaces smaller than this run on the calling thread.
+pub const PAR_MIN: usize = 2 * CHUNK;
 
 /// Runs an elementwise kernel.
 pub fn run(
@@ -30,8 +43,57 @@ pub fn run(
     let snaps = source::snapshots(launch, inputs, outputs, |_| AliasPolicy::InPlace, None);
     let srcs = source::build(kernel, launch, inputs, &snaps, outputs, None)?;
     let mut interp = Interp::new(program, &srcs, None, launch.scalars, numel)?;
-    let mut outs: Vec<TSliceMut<'_>> = outputs.iter_mut().map(|b| b.as_mut_slice()).collect();
-    run_blocks(&mut interp, &srcs, &mut outs, 0, numel)
+    let outs: Vec<TSliceMut<'_>> = outputs.iter_mut().map(|b| b.as_mut_slice()).collect();
+    run_space(
+        &mut interp,
+        || Interp::new(program, &srcs, None, launch.scalars, numel),
+        &srcs,
+        outs,
+        numel,
+    )
+}
+
+/// Evaluates all `numel` positions into `outs`: serially with `interp` below [`PAR_MIN`],
+/// else in parallel chunks, each thread with an interpreter from `fresh` (which must succeed
+/// whenever `interp`'s construction did).
+pub fn run_space<'p>(
+    interp: &mut Interp<'p>,
+    fresh: impl Fn() -> Result<Interp<'p>> + Sync,
+    srcs: &[Src<'_>],
+    mut outs: Vec<TSliceMut<'_>>,
+    numel: usize,
+) -> Result<()> {
+    if numel < PAR_MIN {
+        return run_blocks(interp, srcs, &mut outs, 0, numel);
+    }
+    let nchunks = numel.div_ceil(CHUNK);
+    let mut chunks: Vec<Vec<TSliceMut<'_>>> = (0..nchunks).map(|_| Vec::new()).collect();
+    for o in outs {
+        let (mut rest, _) = o.split_at(numel);
+        for (c, chunk) in chunks.iter_mut().enumerate() {
+            let len = CHUNK.min(numel - c * CHUNK);
+            let (head, tail) = rest.split_at(len);
+            chunk.push(head);
+            rest = tail;
+        }
+    }
+    let results: Vec<Result<()>> = chunks
+        .into_par_iter()
+        .enumerate()
+        .map_init(
+            || fresh().ok(),
+            |interp, (c, mut outs)| {
+                let interp = interp
+                    .as_mut()
+                    .ok_or_else(|| internal("an interpreter failed to build twice".into()))?;
+                let start = c * CHUNK;
+                interp.set_outs_base(start);
+                let end = (start + CHUNK).min(numel);
+                run_blocks(interp, srcs, &mut outs, start, end)
+            },
+        )
+        .collect();
+    results.into_iter().collect()
 }
 
 /// Checks that there are `count` outputs of at least `numel` elements.
@@ -53,9 +115,9 @@ pub fn check_outputs(outputs: &[CpuBuffer], count: usize, numel: usize) -> Resul
     Ok(())
 }
 
-/// Evaluates positions `start..end` block by block, storing result `j` into `outs[j]`.
-/// Within a block every load happens before any store, so an input aliased with an output
-/// (read with the output's layout) sees its old values.
+/// Evaluates positions `start..end` block by block, storing result `j` into `outs[j]`, whose
+/// element 0 is position `start`. Within a block every load happens before any store, so an
+/// input aliased with an output (read with the output's layout) sees its old values.
 pub fn run_blocks(
     interp: &mut Interp<'_>,
     srcs: &[Src<'_>],
@@ -63,12 +125,14 @@ pub fn run_blocks(
     start: usize,
     end: usize,
 ) -> Result<()> {
+    interp.set_outs_base(start);
     let mut s = start;
     while s < end {
         let n = BLOCK.min(end - s);
         interp.eval(srcs, outs, s, n)?;
+        let r = s - start;
         for (j, out) in outs.iter_mut().enumerate().take(interp.results()) {
-            copy_cast(interp.result(j, srcs, s, n), out.range(s, s + n));
+            copy_cast(interp.result(j, srcs, s, n), out.range(r, r + n));
         }
         s += n;
     }

@@ -2,7 +2,7 @@
 //! `matrixmultiply` takes arbitrary row/column strides, including 0 and negative), then the
 //! optional epilogue run elementwise over the product.
 
-use super::elementwise::{check_outputs, run_blocks};
+use super::elementwise::{check_outputs, run_space};
 use crate::buffer::{BufferPool, CpuBuffer};
 use crate::interp::Interp;
 use crate::ops::Int;
@@ -131,8 +131,10 @@ fn epilogue_run(
             interp.results()
         )));
     }
-    let mut outs: Vec<TSliceMut<'_>> = outputs.iter_mut().map(|b| b.as_mut_slice()).collect();
-    run_blocks(&mut interp, &esrcs, &mut outs, 0, numel)
+    let outs: Vec<TSliceMut<'_>> = outputs.iter_mut().map(|b| b.as_mut_slice()).collect();
+    let acc_src = Some(srcs.len());
+    let fresh = || Interp::new(program, &esrcs, acc_src, launch.scalars, numel);
+    run_space(&mut interp, fresh, &esrcs, outs, numel)
 }
 
 fn materialize_virtual(src: &Src<'_>) -> Option<TypedVec> {

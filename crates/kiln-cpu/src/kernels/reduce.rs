@@ -10,7 +10,7 @@
 //! products, the element type for `max`/`min` (NaN propagates); bool sum/max are `or`,
 //! prod/min are `and`.
 
-use super::elementwise::check_outputs;
+use super::elementwise::{check_outputs, CHUNK, PAR_MIN};
 use crate::buffer::CpuBuffer;
 use crate::interp::{Interp, BLOCK};
 use crate::ops::{Float, Int};
@@ -19,10 +19,11 @@ use crate::typed::{copy_cast, Elem, TSlice, Wrap};
 use crate::walk::{internal, Walk};
 use kiln_compiler::{Arg, Kernel, Launch, Program};
 use kiln_ir::{ArgReduceOp, DType, ReduceOp, Result};
+use rayon::prelude::*;
 
 /// Folds values of `T` into an accumulator.
 trait Reducer<T> {
-    type A: Copy;
+    type A: Copy + Send + Sync;
     type Out: Elem + Wrap;
     fn init() -> Self::A;
     fn add(a: &mut Self::A, x: T);
@@ -36,6 +37,8 @@ trait Reducer<T> {
         }
     }
     fn finish(a: Self::A) -> Self::Out;
+    /// Folds a partial accumulator (of a later range of positions) into `a`.
+    fn merge(a: &mut Self::A, b: Self::A);
 }
 
 struct SumF32;
@@ -51,23 +54,14 @@ impl Reducer<f32> for SumF32 {
     }
     #[inline]
     fn seg(a: &mut f64, xs: &[f32]) {
-        // Four partial sums (vectorisable); f64 holds f32 sums of ~1e9 terms to ~1e-7.
-        let mut p = [0.0f64; 4];
-        let chunks = xs.chunks_exact(4);
-        let rest = chunks.remainder();
-        for c in chunks {
-            for k in 0..4 {
-                p[k] += c[k] as f64;
-            }
-        }
-        let mut s = (p[0] + p[1]) + (p[2] + p[3]);
-        for &x in rest {
-            s += x as f64;
-        }
-        *a += s;
+        // f64 lanes combined pairwise; f64 holds f32 sums of ~1e9 terms to ~1e-7.
+        *a += crate::vmath::sum_f32(xs);
     }
     fn finish(a: f64) -> f64 {
         a
+    }
+    fn merge(a: &mut f64, b: f64) {
+        *a += b;
     }
 }
 
@@ -97,6 +91,10 @@ impl Reducer<f64> for SumF64 {
             s // inf or NaN; the compensation is meaningless
         }
     }
+    fn merge(a: &mut (f64, f64), b: (f64, f64)) {
+        Self::add(a, b.0);
+        a.1 += b.1;
+    }
 }
 
 struct SumInt;
@@ -112,6 +110,9 @@ impl<T: Int> Reducer<T> for SumInt {
     }
     fn finish(a: i64) -> i64 {
         a
+    }
+    fn merge(a: &mut i64, b: i64) {
+        *a = a.wrapping_add(b);
     }
 }
 
@@ -129,6 +130,9 @@ impl<T: Float> Reducer<T> for ProdFloat {
     fn finish(a: f64) -> f64 {
         a
     }
+    fn merge(a: &mut f64, b: f64) {
+        *a *= b;
+    }
 }
 
 struct ProdInt;
@@ -144,6 +148,9 @@ impl<T: Int> Reducer<T> for ProdInt {
     }
     fn finish(a: i64) -> i64 {
         a
+    }
+    fn merge(a: &mut i64, b: i64) {
+        *a = a.wrapping_mul(b);
     }
 }
 
@@ -165,6 +172,9 @@ impl<const ANY: bool> Reducer<bool> for BoolFold<ANY> {
     }
     fn finish(a: bool) -> bool {
         a
+    }
+    fn merge(a: &mut bool, b: bool) {
+        Self::add(a, b);
     }
 }
 
@@ -189,6 +199,9 @@ impl<T: Float + Wrap, const MAX: bool> Reducer<T> for MaxFloat<MAX> {
     fn finish(a: T) -> T {
         a
     }
+    fn merge(a: &mut T, b: T) {
+        Self::add(a, b);
+    }
 }
 
 struct MaxInt<const MAX: bool>;
@@ -208,6 +221,9 @@ impl<T: Int + Wrap, const MAX: bool> Reducer<T> for MaxInt<MAX> {
     }
     fn finish(a: T) -> T {
         a
+    }
+    fn merge(a: &mut T, b: T) {
+        Self::add(a, b);
     }
 }
 
@@ -279,10 +295,12 @@ pub fn run(
     let dt = interp.result_dtype(0);
     let e = &mut Engine {
         interp: &mut interp,
+        fresh: || Interp::new(program, &srcs, None, launch.scalars, numel),
         srcs: &srcs,
         owalk: &owalk,
         numel,
         out_numel,
+        grouped: rank > 0 && axes.contains(&(rank - 1)),
     };
     use ReduceOp::*;
     let result = match (op, dt) {
@@ -312,41 +330,107 @@ pub fn run(
     Ok(())
 }
 
-struct Engine<'e, 'p, 's> {
+struct Engine<'e, 'p, 's, N> {
     interp: &'e mut Interp<'p>,
+    /// Builds another interpreter like `interp` (one per thread).
+    fresh: N,
     srcs: &'e [Src<'s>],
     owalk: &'e Walk,
     numel: usize,
     out_numel: usize,
+    /// Each output's positions are one contiguous run (the last axis is reduced).
+    grouped: bool,
 }
 
-impl Engine<'_, '_, '_> {
+impl<'p, N: Fn() -> Result<Interp<'p>> + Sync> Engine<'_, 'p, '_, N> {
+    /// Reduces every position. Large grouped reductions run in parallel over ranges fixed
+    /// by the shape alone (never by the thread count): a full reduction folds chunks of
+    /// `CHUNK` positions into partials merged in chunk order; a row reduction gives each
+    /// task whole outputs. So results do not depend on the number of threads.
     fn go<T: Elem, R: Reducer<T>>(&mut self) -> Result<crate::typed::TypedVec> {
         let mut acc = vec![R::init(); self.out_numel];
-        let mut s = 0;
-        while s < self.numel {
-            let n = BLOCK.min(self.numel - s);
-            self.interp.eval(self.srcs, &[], s, n)?;
-            let vals: &[T] = slice_of(self.interp.result(0, self.srcs, s, n));
-            self.owalk.runs(s, n, |pos, base, stride, len| {
-                let xs = &vals[pos..pos + len];
-                if stride == 0 {
-                    R::seg(&mut acc[base as usize], xs);
-                } else if stride == 1 {
-                    let b = base as usize;
-                    for (a, &x) in acc[b..b + len].iter_mut().zip(xs) {
-                        R::add(a, x);
-                    }
-                } else {
-                    for (t, &x) in xs.iter().enumerate() {
-                        R::add(&mut acc[(base + t as isize * stride) as usize], x);
-                    }
-                }
-            });
-            s += n;
+        let (srcs, owalk, numel) = (self.srcs, self.owalk, self.numel);
+        if numel >= PAR_MIN && self.grouped && self.out_numel == 1 {
+            let nch = numel.div_ceil(CHUNK);
+            let parts: Vec<Result<R::A>> = (0..nch)
+                .into_par_iter()
+                .map_init(
+                    || (self.fresh)().ok(),
+                    |it, c| {
+                        let it = it.as_mut().ok_or_else(rebuild_failed)?;
+                        let mut a = [R::init()];
+                        let end = ((c + 1) * CHUNK).min(numel);
+                        fold::<T, R>(it, srcs, owalk, c * CHUNK, end, &mut a, 0)?;
+                        Ok(a[0])
+                    },
+                )
+                .collect();
+            for p in parts {
+                R::merge(&mut acc[0], p?);
+            }
+        } else if numel >= PAR_MIN && self.grouped && self.out_numel > 0 {
+            let len = numel / self.out_numel;
+            let per = (CHUNK / len.max(1)).max(1);
+            let results: Vec<Result<()>> = acc
+                .par_chunks_mut(per)
+                .enumerate()
+                .map_init(
+                    || (self.fresh)().ok(),
+                    |it, (t, accs)| {
+                        let it = it.as_mut().ok_or_else(rebuild_failed)?;
+                        let first = t * per;
+                        let (s, e) = (first * len, (first + accs.len()) * len);
+                        fold::<T, R>(it, srcs, owalk, s, e, accs, first)
+                    },
+                )
+                .collect();
+            results.into_iter().collect::<Result<()>>()?;
+        } else {
+            fold::<T, R>(self.interp, srcs, owalk, 0, numel, &mut acc, 0)?;
         }
         Ok(R::Out::wrap(acc.into_iter().map(R::finish).collect()))
     }
+}
+
+fn rebuild_failed() -> kiln_ir::Error {
+    internal("an interpreter failed to build twice".into())
+}
+
+/// Folds positions `start..end` into `acc`, whose element 0 is output `acc_base`.
+fn fold<T: Elem, R: Reducer<T>>(
+    interp: &mut Interp<'_>,
+    srcs: &[Src<'_>],
+    owalk: &Walk,
+    start: usize,
+    end: usize,
+    acc: &mut [R::A],
+    acc_base: usize,
+) -> Result<()> {
+    let ab = acc_base as isize;
+    let mut s = start;
+    while s < end {
+        let n = BLOCK.min(end - s);
+        interp.eval(srcs, &[], s, n)?;
+        let vals: &[T] = slice_of(interp.result(0, srcs, s, n));
+        owalk.runs(s, n, |pos, base, stride, len| {
+            let xs = &vals[pos..pos + len];
+            let base = base - ab;
+            if stride == 0 {
+                R::seg(&mut acc[base as usize], xs);
+            } else if stride == 1 {
+                let b = base as usize;
+                for (a, &x) in acc[b..b + len].iter_mut().zip(xs) {
+                    R::add(a, x);
+                }
+            } else {
+                for (t, &x) in xs.iter().enumerate() {
+                    R::add(&mut acc[(base + t as isize * stride) as usize], x);
+                }
+            }
+        });
+        s += n;
+    }
+    Ok(())
 }
 
 fn slice_of<T: Elem>(s: TSlice<'_>) -> &[T] {

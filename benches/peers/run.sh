@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark of kiln against numpy, numexpr and jax.jit (see peers.py).
+# Usage: benches/peers/run.sh [--quick]
+# Creates benches/peers/.venv (gitignored) on first use and builds kiln twice: with default
+# flags (benches/peers/.target-default) and with RUSTFLAGS="-C target-cpu=native"
+# (benches/peers/.target-native).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+if [ ! -x "$here/.venv/bin/python" ]; then
+    python3 -m venv "$here/.venv"
+fi
+"$here/.venv/bin/pip" install -q numpy numexpr "jax[cpu]"
+exec "$here/.venv/bin/python" "$here/peers.py" "$@"

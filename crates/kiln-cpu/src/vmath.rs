@@ -1,0 +1,412 @@
+//! Vectorised math: branch-free per-lane functions that the compiler turns into SIMD loops
+//! (inlined into the [`crate::simd`] copies for SSE2, AVX2 + FMA and AVX-512), and the slice
+//! kernels built from them.
+//!
+//! Every function takes a const `FMA` flag (fused multiply-add in the AVX2/AVX-512 copies,
+//! separate multiply and add at the baseline) and handles the whole input range: ±0, ±inf,
+//! NaN, subnormal inputs and outputs. Maximum errors, measured against an `f64` reference
+//! (`f64` libm, rounded to `f32`) over a sweep of every 97th `f32` bit pattern plus special
+//! values (`tests/vmath.rs` checks them at every ISA level):
+//!
+//! | function | method | max error (normal results) |
+//! |---|---|---|
+//! | `exp_f32` | Cephes `expf`: `n = round(x·log2 e)`, Cody–Waite `ln 2`, degree-6 polynomial, 2ⁿ in two steps (exact overflow to inf, one rounding into subnormals) | 2 ulp |
+//! | `ln_f32` | Cephes `logf`: mantissa in [√½, √2), degree-9 polynomial; subnormal inputs prescaled by 2²³ | 2 ulp |
+//! | `tanh_f32` | odd polynomial for \|x\| < 0.625, else `1 − 2/(e^{2|x|}+1)` | 3 ulp |
+//! | `sigmoid_f32` | `e = exp(−|x|)`, `1/(1+e)` or `e/(1+e)` (no cancellation for x < 0) | 3 ulp |
+//! | `sin_f32`, `cos_f32` | in `f64`: `n = round(x·2/π)`, two-part Cody–Waite π/2 (exact products for \|x\| < 2¹⁷), fdlibm kernel polynomials, one rounding to `f32`; \|x\| ≥ 2¹⁷, inf and NaN go to `std` | 1 ulp |
+//!
+//! Subnormal results are within one subnormal spacing (2⁻¹⁴⁹) of the reference. `f64`
+//! transcendentals use `std` (libm) per element; `f64` arithmetic is vectorised.
+
+// The polynomial coefficients are quoted as Cephes and fdlibm publish them.
+#![allow(clippy::excessive_precision)]
+
+use crate::simd::versions;
+use kiln_ir::{BinaryOp, UnaryOp};
+
+#[inline(always)]
+fn fma<const F: bool>(a: f32, b: f32, c: f32) -> f32 {
+    if F {
+        a.mul_add(b, c)
+    } else {
+        a * b + c
+    }
+}
+
+#[inline(always)]
+fn fma64<const F: bool>(a: f64, b: f64, c: f64) -> f64 {
+    if F {
+        a.mul_add(b, c)
+    } else {
+        a * b + c
+    }
+}
+
+/// e^x (see the module docs for the error bound).
+///
+/// ```
+/// assert!((kiln_cpu::vmath::exp_f32::<false>(1.0) - std::f32::consts::E).abs() < 1e-6);
+/// ```
+#[inline(always)]
+pub fn exp_f32<const F: bool>(x: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const C1: f32 = 0.693_359_4;
+    const C2: f32 = -2.121_944_4e-4;
+    let xc = x.clamp(-104.0, 89.0); // NaN stays NaN and is patched below
+    let t = fma::<F>(xc, LOG2E, MAGIC);
+    let n = t - MAGIC;
+    let e = (t.to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32);
+    let r = fma::<F>(n, -C1, xc);
+    let r = fma::<F>(n, -C2, r);
+    let mut p = 1.987_569_1e-4f32;
+    p = fma::<F>(p, r, 1.398_199_9e-3);
+    p = fma::<F>(p, r, 8.333_452e-3);
+    p = fma::<F>(p, r, 4.166_579_6e-2);
+    p = fma::<F>(p, r, 1.666_666_5e-1);
+    p = fma::<F>(p, r, 5.000_000_1e-1);
+    let y = fma::<F>(p, r * r, r) + 1.0;
+    let e1 = e >> 1;
+    let e2 = e - e1;
+    let s1 = f32::from_bits(((e1 + 127) as u32) << 23);
+    let s2 = f32::from_bits(((e2 + 127) as u32) << 23);
+    let v = y * s1 * s2;
+    if x.is_nan() {
+        x
+    } else {
+        v
+    }
+}
+
+/// ln x (see the module docs for the error bound).
+///
+/// ```
+/// assert!((kiln_cpu::vmath::ln_f32::<false>(std::f32::consts::E) - 1.0).abs() < 1e-6);
+/// assert_eq!(kiln_cpu::vmath::ln_f32::<false>(0.0), f32::NEG_INFINITY);
+/// ```
+#[inline(always)]
+pub fn ln_f32<const F: bool>(x: f32) -> f32 {
+    const SQRTHF: f32 = std::f32::consts::FRAC_1_SQRT_2;
+    let sub = x < f32::MIN_POSITIVE;
+    let xs = if sub { x * 8_388_608.0 } else { x };
+    let bits = xs.to_bits();
+    let e0 = ((bits >> 23) & 0xff) as i32 - 126 - if sub { 23 } else { 0 };
+    let m0 = f32::from_bits((bits & 0x007f_ffff) | 0x3f00_0000);
+    let small = m0 < SQRTHF;
+    let e = if small { e0 - 1 } else { e0 };
+    let m = if small { m0 + m0 - 1.0 } else { m0 - 1.0 };
+    let z = m * m;
+    let mut y = 7.037_683_6e-2f32;
+    y = fma::<F>(y, m, -1.151_461e-1);
+    y = fma::<F>(y, m, 1.167_699_9e-1);
+    y = fma::<F>(y, m, -1.242_014_1e-1);
+    y = fma::<F>(y, m, 1.424_932_3e-1);
+    y = fma::<F>(y, m, -1.666_805_8e-1);
+    y = fma::<F>(y, m, 2.000_071_4e-1);
+    y = fma::<F>(y, m, -2.499_999_4e-1);
+    y = fma::<F>(y, m, 3.333_333_1e-1);
+    y = y * m * z;
+    let fe = e as f32;
+    y = fma::<F>(fe, -2.121_944_4e-4, y);
+    y = fma::<F>(z, -0.5, y);
+    let r = m + y;
+    let r = fma::<F>(fe, 0.693_359_4, r);
+    let r = if x == f32::INFINITY { x } else { r };
+    let r = if x == 0.0 { f32::NEG_INFINITY } else { r };
+    if x < 0.0 || x.is_nan() {
+        f32::NAN
+    } else {
+        r
+    }
+}
+
+/// tanh x (see the module docs for the error bound).
+///
+/// ```
+/// assert!((kiln_cpu::vmath::tanh_f32::<false>(0.5) - 0.5f32.tanh()).abs() < 1e-7);
+/// ```
+#[inline(always)]
+pub fn tanh_f32<const F: bool>(x: f32) -> f32 {
+    let ax = x.abs();
+    let z = x * x;
+    let mut p = -5.704_988_7e-3f32;
+    p = fma::<F>(p, z, 2.063_908_9e-2);
+    p = fma::<F>(p, z, -5.373_971_6e-2);
+    p = fma::<F>(p, z, 1.333_144_2e-1);
+    p = fma::<F>(p, z, -3.333_328_2e-1);
+    let small = fma::<F>(p * z, ax, ax);
+    let e = exp_f32::<F>(ax + ax);
+    let big = 1.0 - 2.0 / (e + 1.0);
+    let r = if ax < 0.625 { small } else { big };
+    r.copysign(x)
+}
+
+/// The logistic function 1 / (1 + e^-x) (see the module docs for the error bound).
+///
+/// ```
+/// assert_eq!(kiln_cpu::vmath::sigmoid_f32::<false>(0.0), 0.5);
+/// ```
+#[inline(always)]
+pub fn sigmoid_f32<const F: bool>(x: f32) -> f32 {
+    let e = exp_f32::<F>(-x.abs());
+    let s = 1.0 / (1.0 + e);
+    if x >= 0.0 {
+        s
+    } else {
+        e * s
+    }
+}
+
+/// Inputs of `sin_f32`/`cos_f32` at or above this magnitude (and inf, NaN) are computed by
+/// `std` (the slice kernels patch them after the vector loop).
+pub const TRIG_FAST_LIMIT: f32 = 131_072.0;
+
+#[inline(always)]
+fn sincos<const F: bool, const COS: bool>(x: f32) -> f32 {
+    const TWO_OVER_PI: f64 = std::f64::consts::FRAC_2_PI;
+    const MAGIC: f64 = 6_755_399_441_055_744.0; // 1.5 * 2^52
+    const PIO2_1: f64 = 1.570_796_326_734_125_6; // first 33 bits of pi/2
+    const PIO2_1T: f64 = 6.077_100_506_506_192e-11; // pi/2 - PIO2_1
+    let ax = (x as f64).abs();
+    let t = fma64::<F>(ax, TWO_OVER_PI, MAGIC);
+    let n = t - MAGIC;
+    let q = t.to_bits() & 3;
+    let r = fma64::<F>(n, -PIO2_1, ax);
+    let r = fma64::<F>(n, -PIO2_1T, r);
+    let z = r * r;
+    let mut ps = 1.589_690_995_211_55e-10f64;
+    ps = fma64::<F>(ps, z, -2.505_076_025_340_686_3e-8);
+    ps = fma64::<F>(ps, z, 2.755_731_370_707_006_8e-6);
+    ps = fma64::<F>(ps, z, -1.984_126_982_985_795e-4);
+    ps = fma64::<F>(ps, z, 8.333_333_333_322_49e-3);
+    ps = fma64::<F>(ps, z, -1.666_666_666_666_663_2e-1);
+    let s = fma64::<F>(r * z, ps, r);
+    let mut pc = -1.135_964_755_778_819_5e-11f64;
+    pc = fma64::<F>(pc, z, 2.087_572_321_298_175e-9);
+    pc = fma64::<F>(pc, z, -2.755_731_435_139_066_3e-7);
+    pc = fma64::<F>(pc, z, 2.480_158_728_947_673e-5);
+    pc = fma64::<F>(pc, z, -1.388_888_888_887_411e-3);
+    pc = fma64::<F>(pc, z, 4.166_666_666_666_66e-2);
+    let c = fma64::<F>(z * z, pc, 1.0 - 0.5 * z);
+    let odd = q & 1 == 1;
+    let (a, b) = if odd { (c, s) } else { (s, c) };
+    let v = if COS {
+        if (q + 1) & 2 != 0 {
+            -b
+        } else {
+            b
+        }
+    } else {
+        let v = if q & 2 != 0 { -a } else { a };
+        if x.is_sign_negative() {
+            -v
+        } else {
+            v
+        }
+    };
+    v as f32
+}
+
+/// sin x for |x| < [`TRIG_FAST_LIMIT`] (see the module docs); larger, inf and NaN inputs give
+/// unspecified values here: use [`unary_f32`], which patches them.
+///
+/// ```
+/// assert!((kiln_cpu::vmath::sin_f32::<false>(1.0) - 1.0f32.sin()).abs() < 1e-7);
+/// ```
+#[inline(always)]
+pub fn sin_f32<const F: bool>(x: f32) -> f32 {
+    sincos::<F, false>(x)
+}
+
+/// cos x for |x| < [`TRIG_FAST_LIMIT`] (see [`sin_f32`]).
+///
+/// ```
+/// assert!((kiln_cpu::vmath::cos_f32::<false>(1.0) - 1.0f32.cos()).abs() < 1e-7);
+/// ```
+#[inline(always)]
+pub fn cos_f32<const F: bool>(x: f32) -> f32 {
+    sincos::<F, true>(x)
+}
+
+#[inline(always)]
+fn map<T: Copy, U>(x: &[T], o: &mut [U], f: impl Fn(T) -> U) {
+    let n = x.len().min(o.len());
+    let (x, o) = (&x[..n], &mut o[..n]);
+    for i in 0..n {
+        o[i] = f(x[i]);
+    }
+}
+
+#[inline(always)]
+fn zip_map<T: Copy>(x: &[T], y: &[T], o: &mut [T], f: impl Fn(T, T) -> T) {
+    let n = x.len().min(y.len()).min(o.len());
+    let (x, y, o) = (&x[..n], &y[..n], &mut o[..n]);
+    for i in 0..n {
+        o[i] = f(x[i], y[i]);
+    }
+}
+
+#[inline(always)]
+fn unary_f32_generic<const F: bool>(op: UnaryOp, x: &[f32], o: &mut [f32]) -> bool {
+    use UnaryOp::*;
+    match op {
+        Neg => map(x, o, |a| -a),
+        Abs => map(x, o, |a| a.abs()),
+        Square => map(x, o, |a| a * a),
+        Recip => map(x, o, |a| 1.0 / a),
+        Sqrt => map(x, o, |a| a.sqrt()),
+        Rsqrt => map(x, o, |a| 1.0 / a.sqrt()),
+        Relu => map(x, o, |a| if a > 0.0 || a.is_nan() { a } else { 0.0 }),
+        Exp => map(x, o, exp_f32::<F>),
+        Log => map(x, o, ln_f32::<F>),
+        Tanh => map(x, o, tanh_f32::<F>),
+        Sigmoid => map(x, o, sigmoid_f32::<F>),
+        Sin | Cos => {
+            if op == Sin {
+                map(x, o, sin_f32::<F>)
+            } else {
+                map(x, o, cos_f32::<F>)
+            }
+            for (o, &a) in o.iter_mut().zip(x) {
+                if a.is_nan() || a.abs() >= TRIG_FAST_LIMIT {
+                    *o = if op == Sin { a.sin() } else { a.cos() };
+                }
+            }
+        }
+        _ => return false,
+    }
+    true
+}
+
+versions! {
+    /// `o[i] = op(x[i])` for the float ops with a lane kernel; returns false (writing
+    /// nothing) for the others. Runs at the current [`crate::isa`] level (`scalar` counts as
+    /// the baseline here; the caller decides whether to use lanes at all).
+    ///
+    /// ```
+    /// let mut o = [0.0f32; 3];
+    /// assert!(kiln_cpu::vmath::unary_f32(kiln_ir::UnaryOp::Exp, &[0.0, 1.0, f32::NEG_INFINITY], &mut o));
+    /// assert_eq!(o[0], 1.0);
+    /// assert_eq!(o[2], 0.0);
+    /// ```
+    pub fn unary_f32 = unary_f32_generic(op: UnaryOp, x: &[f32], o: &mut [f32]) -> bool
+}
+
+#[inline(always)]
+fn unary_f64_generic<const F: bool>(op: UnaryOp, x: &[f64], o: &mut [f64]) -> bool {
+    use UnaryOp::*;
+    match op {
+        Neg => map(x, o, |a| -a),
+        Abs => map(x, o, |a| a.abs()),
+        Square => map(x, o, |a| a * a),
+        Recip => map(x, o, |a| 1.0 / a),
+        Sqrt => map(x, o, |a| a.sqrt()),
+        Rsqrt => map(x, o, |a| 1.0 / a.sqrt()),
+        Relu => map(x, o, |a| if a > 0.0 || a.is_nan() { a } else { 0.0 }),
+        _ => return false,
+    }
+    true
+}
+
+versions! {
+    /// Like [`unary_f32`] for `f64` (arithmetic only; transcendentals return false).
+    ///
+    /// ```
+    /// let mut o = [0.0f64; 1];
+    /// assert!(kiln_cpu::vmath::unary_f64(kiln_ir::UnaryOp::Sqrt, &[4.0], &mut o));
+    /// assert_eq!(o[0], 2.0);
+    /// ```
+    pub fn unary_f64 = unary_f64_generic(op: UnaryOp, x: &[f64], o: &mut [f64]) -> bool
+}
+
+macro_rules! binary_generic {
+    ($name:ident, $t:ty) => {
+        #[inline(always)]
+        fn $name<const F: bool>(op: BinaryOp, x: &[$t], y: &[$t], o: &mut [$t]) -> bool {
+            use BinaryOp::*;
+            match op {
+                Add => zip_map(x, y, o, |a, b| a + b),
+                Sub => zip_map(x, y, o, |a, b| a - b),
+                Mul => zip_map(x, y, o, |a, b| a * b),
+                Div => zip_map(x, y, o, |a, b| a / b),
+                Maximum => zip_map(x, y, o, |a, b| {
+                    if a.is_nan() || b.is_nan() {
+                        <$t>::NAN
+                    } else {
+                        a.max(b)
+                    }
+                }),
+                Minimum => zip_map(x, y, o, |a, b| {
+                    if a.is_nan() || b.is_nan() {
+                        <$t>::NAN
+                    } else {
+                        a.min(b)
+                    }
+                }),
+                _ => return false,
+            }
+            true
+        }
+    };
+}
+binary_generic!(binary_f32_generic, f32);
+binary_generic!(binary_f64_generic, f64);
+
+versions! {
+    /// `o[i] = op(x[i], y[i])` for `+ - * /`, `maximum`, `minimum` (NaN-propagating); false
+    /// for the other ops.
+    ///
+    /// ```
+    /// let mut o = [0.0f32; 2];
+    /// assert!(kiln_cpu::vmath::binary_f32(kiln_ir::BinaryOp::Mul, &[2.0, 3.0], &[4.0, 5.0], &mut o));
+    /// assert_eq!(o, [8.0, 15.0]);
+    /// ```
+    pub fn binary_f32 = binary_f32_generic(op: BinaryOp, x: &[f32], y: &[f32], o: &mut [f32]) -> bool
+}
+
+versions! {
+    /// [`binary_f32`] for `f64`.
+    ///
+    /// ```
+    /// let mut o = [0.0f64; 1];
+    /// assert!(kiln_cpu::vmath::binary_f64(kiln_ir::BinaryOp::Sub, &[2.0], &[4.0], &mut o));
+    /// assert_eq!(o, [-2.0]);
+    /// ```
+    pub fn binary_f64 = binary_f64_generic(op: BinaryOp, x: &[f64], y: &[f64], o: &mut [f64]) -> bool
+}
+
+#[inline(always)]
+fn sum_f32_generic<const F: bool>(xs: &[f32]) -> f64 {
+    // Sixteen f64 partial sums (vector lanes), combined pairwise: error ~ n·2⁻⁵³ relative.
+    let mut p = [0.0f64; 16];
+    let chunks = xs.chunks_exact(16);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for k in 0..16 {
+            p[k] += c[k] as f64;
+        }
+    }
+    let mut w = 16;
+    while w > 1 {
+        w /= 2;
+        for k in 0..w {
+            p[k] += p[k + w];
+        }
+    }
+    let mut s = p[0];
+    for &x in rest {
+        s += x as f64;
+    }
+    s
+}
+
+versions! {
+    /// The sum of `f32` values accumulated in `f64` (sixteen lanes combined pairwise); the
+    /// association depends only on `xs.len()`.
+    ///
+    /// ```
+    /// assert_eq!(kiln_cpu::vmath::sum_f32(&[1.0; 100]), 100.0);
+    /// ```
+    pub fn sum_f32 = sum_f32_generic(xs: &[f32]) -> f64
+}

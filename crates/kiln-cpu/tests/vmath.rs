@@ -1,0 +1,170 @@
+//! The vectorised math of `kiln_cpu::vmath` against an `f64` reference (`std`'s `f64`
+//! functions rounded to `f32`), over a sweep of the whole `f32` range (every 509th bit
+//! pattern, both signs: normals, subnormals, ±0, ±inf, NaN) plus special values, at every
+//! ISA level this machine can run. The bounds are those documented in `vmath`'s module docs.
+//!
+//! One test function: it switches the process-wide ISA level, so nothing else runs in this
+//! binary.
+
+use kiln_cpu::{detected_isa, set_isa, vmath, Isa};
+use kiln_ir::UnaryOp;
+
+/// Error of `got` in units of the spacing of `f32` at `want` (subnormal spacing below the
+/// normal range); 0 for equal values (NaN equal to NaN, infinities equal only to themselves).
+fn ulps(got: f32, want: f64) -> f64 {
+    let w = want as f32;
+    if w.is_nan() || got.is_nan() {
+        return if w.is_nan() && got.is_nan() {
+            0.0
+        } else {
+            f64::INFINITY
+        };
+    }
+    if w.is_infinite() || got.is_infinite() {
+        // An overflow threshold: accept the finite neighbour of inf within 1 ulp.
+        if w == got {
+            return 0.0;
+        }
+        let fin = if w.is_infinite() { got } else { w };
+        return if (fin.abs() == f32::MAX) && w.signum() == got.signum() {
+            1.0
+        } else {
+            f64::INFINITY
+        };
+    }
+    let a = want.abs().max(f32::MIN_POSITIVE as f64);
+    let spacing = 2f64.powi(a.log2().floor() as i32 - 23);
+    (got as f64 - want).abs() / spacing
+}
+
+fn inputs() -> Vec<f32> {
+    let mut v: Vec<f32> = (0..=u32::MAX / 509)
+        .map(|i| f32::from_bits(i.wrapping_mul(509)))
+        .collect();
+    v.extend([
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        f32::MIN_POSITIVE,
+        1e-45,
+        -1e-45,
+        f32::MAX,
+        f32::MIN,
+        88.72,
+        88.73,
+        -87.3,
+        -103.9,
+        -104.0,
+        0.625,
+        -0.625,
+        std::f32::consts::PI,
+        -std::f32::consts::FRAC_PI_2,
+        1.0,
+        -1.0,
+        131_071.9,
+        131_072.0,
+    ]);
+    v
+}
+
+struct Case {
+    op: UnaryOp,
+    reference: fn(f64) -> f64,
+    max_ulps: f64,
+    /// Inputs the function is defined on (others are compared as NaN/inf only).
+    name: &'static str,
+}
+
+fn sigmoid(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+fn check(level: Isa, xs: &[f32]) {
+    let cases = [
+        Case {
+            op: UnaryOp::Exp,
+            reference: f64::exp,
+            max_ulps: 2.0,
+            name: "exp",
+        },
+        Case {
+            op: UnaryOp::Log,
+            reference: f64::ln,
+            max_ulps: 2.0,
+            name: "log",
+        },
+        Case {
+            op: UnaryOp::Tanh,
+            reference: f64::tanh,
+            max_ulps: 3.0,
+            name: "tanh",
+        },
+        Case {
+            op: UnaryOp::Sigmoid,
+            reference: sigmoid,
+            max_ulps: 3.0,
+            name: "sigmoid",
+        },
+        Case {
+            op: UnaryOp::Sin,
+            reference: f64::sin,
+            max_ulps: 1.0,
+            name: "sin",
+        },
+        Case {
+            op: UnaryOp::Cos,
+            reference: f64::cos,
+            max_ulps: 1.0,
+            name: "cos",
+        },
+    ];
+    let mut out = vec![0.0f32; xs.len()];
+    for c in &cases {
+        assert!(
+            vmath::unary_f32(c.op, xs, &mut out),
+            "{} has a lane kernel",
+            c.name
+        );
+        let mut worst = (0.0f64, 0.0f32, 0.0f32, 0.0f64);
+        for (&x, &g) in xs.iter().zip(&out) {
+            let want = (c.reference)(x as f64);
+            let e = ulps(g, want);
+            if e > worst.0 {
+                worst = (e, x, g, want);
+            }
+            // Sign of zero results must match (tanh(-0) = -0, sin(-0) = -0, ...).
+            if want == 0.0 && (want as f32) == 0.0 && g == 0.0 {
+                assert_eq!(
+                    g.is_sign_negative(),
+                    (want as f32).is_sign_negative(),
+                    "{} at {level:?}: sign of zero for {x:e}",
+                    c.name
+                );
+            }
+        }
+        let (e, x, g, w) = worst;
+        assert!(
+            e <= c.max_ulps,
+            "{} at {level:?}: {e:.2} ulp at x = {x:e} ({:#x}): got {g:e}, want {w:e}",
+            c.name,
+            x.to_bits()
+        );
+        eprintln!("{} at {level:?}: max {e:.3} ulp (at x = {x:e})", c.name);
+    }
+}
+
+#[test]
+fn vectorised_math_meets_its_error_bounds_at_every_isa_level() {
+    let xs = inputs();
+    for level in Isa::ALL {
+        if level > detected_isa() {
+            continue;
+        }
+        // `scalar` runs the lane kernels at the baseline too (the kernels dispatch on
+        // the level; the caller decides whether to use them).
+        assert_eq!(set_isa(level), level);
+        check(level, &xs);
+    }
+}
