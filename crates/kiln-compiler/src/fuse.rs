@@ -472,43 +472,31 @@ impl Builder<'_> {
             }
             let node = &g.nodes[i as usize];
             match &node.op {
-                Op::Reduce { op, axes } => {
+                Op::Reduce { .. } | Op::ArgReduce { .. } => {
+                    // the reduced operand's producers fuse in as a prologue
                     let mut pb = ProgramBuilder::new();
                     let v = self.emit(&mut pb, node.inputs[0], u32::MAX, &[]);
                     pb.program.results.push(v);
-                    let space = g.nodes[node.inputs[0] as usize].sym.clone();
-                    let slot = self.new_slot(i);
-                    let mut fused = pb.fused.clone();
-                    fused.push(i);
-                    self.push_kernel(
-                        Kernel {
-                            kind: KernelKind::Reduce {
-                                program: pb.program,
-                                op: *op,
-                                axes: axes.clone(),
-                            },
-                            space,
-                            inputs: pb.inputs,
-                            outputs: [slot].into_iter().collect(),
+                    let kind = match &node.op {
+                        Op::Reduce { op, axes } => KernelKind::Reduce {
+                            program: pb.program,
+                            op: *op,
+                            axes: axes.clone(),
                         },
-                        &fused,
-                    );
-                }
-                Op::ArgReduce { op, axis } => {
-                    let mut pb = ProgramBuilder::new();
-                    let v = self.emit(&mut pb, node.inputs[0], u32::MAX, &[]);
-                    pb.program.results.push(v);
+                        Op::ArgReduce { op, axis } => KernelKind::ArgReduce {
+                            program: pb.program,
+                            op: *op,
+                            axis: *axis,
+                        },
+                        _ => unreachable!(),
+                    };
                     let space = g.nodes[node.inputs[0] as usize].sym.clone();
                     let slot = self.new_slot(i);
-                    let mut fused = pb.fused.clone();
+                    let mut fused = pb.fused;
                     fused.push(i);
                     self.push_kernel(
                         Kernel {
-                            kind: KernelKind::ArgReduce {
-                                program: pb.program,
-                                op: *op,
-                                axis: *axis,
-                            },
+                            kind,
                             space,
                             inputs: pb.inputs,
                             outputs: [slot].into_iter().collect(),

@@ -377,44 +377,7 @@ fn unary_int<T: Int>(op: UnaryOp, x: &[T], o: &mut [T]) -> Result<()> {
     Ok(())
 }
 
-/// numpy's float `floor_divide` (`npy_divmod`), as `kiln_reference` defines it.
-pub fn float_floor_div(a: f64, b: f64) -> f64 {
-    if b == 0.0 {
-        return a / b;
-    }
-    let m = a % b;
-    let mut div = (a - m) / b;
-    if m != 0.0 && ((b < 0.0) != (m < 0.0)) {
-        div -= 1.0;
-    }
-    if div != 0.0 {
-        let f = div.floor();
-        if div - f > 0.5 {
-            f + 1.0
-        } else {
-            f
-        }
-    } else {
-        (0.0f64).copysign(a / b)
-    }
-}
-
-/// numpy's float `remainder`: the sign of the divisor.
-pub fn float_rem(a: f64, b: f64) -> f64 {
-    if b == 0.0 {
-        return a % b;
-    }
-    let m = a % b;
-    if m != 0.0 {
-        if (b < 0.0) != (m < 0.0) {
-            m + b
-        } else {
-            m
-        }
-    } else {
-        (0.0f64).copysign(b)
-    }
-}
+pub use kiln_reference::{float_floor_div, float_rem};
 
 /// `out[..n] = op(a, b)`; `out` has [`binary_dtype`]. `a` and `b` have equal dtypes (logical
 /// ops accept any).

@@ -23,7 +23,7 @@ use kiln_ir::{
     random, ArgReduceOp, DType, Distribution, Error, HostData, LazyExpr, Op, ReduceOp, Result,
     Scalar, Shape,
 };
-pub use scalar_ops::{binary, unary};
+pub use scalar_ops::{binary, float_floor_div, float_rem, unary};
 
 /// A dense row-major tensor of scalars.
 #[derive(Clone, Debug)]

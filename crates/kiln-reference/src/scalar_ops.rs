@@ -75,7 +75,11 @@ pub fn unary(op: UnaryOp, dtype: DType, x: Scalar) -> Scalar {
 
 /// numpy's float `floor_divide` (`npy_divmod`): `floor(a / b)` computed so that
 /// `a == b * q + r` holds as closely as possible.
-fn float_floor_div(a: f64, b: f64) -> f64 {
+///
+/// ```
+/// assert_eq!(kiln_reference::float_floor_div(-7.0, 2.0), -4.0);
+/// ```
+pub fn float_floor_div(a: f64, b: f64) -> f64 {
     if b == 0.0 {
         return a / b;
     }
@@ -97,7 +101,11 @@ fn float_floor_div(a: f64, b: f64) -> f64 {
 }
 
 /// numpy's float `remainder`: the result has the sign of the divisor.
-fn float_rem(a: f64, b: f64) -> f64 {
+///
+/// ```
+/// assert_eq!(kiln_reference::float_rem(-7.0, 2.0), 1.0);
+/// ```
+pub fn float_rem(a: f64, b: f64) -> f64 {
     if b == 0.0 {
         return a % b; // NaN
     }
