@@ -26,12 +26,16 @@
 mod g2p;
 mod history;
 mod npz;
+pub mod pickle;
+mod pth;
 mod scorer;
 mod search;
+mod zip;
 
 pub use g2p::G2p;
 pub use history::{Finished, History, Hypothesis};
 pub use npz::read_npz;
+pub use pth::{read_pth, Tensor, TensorData};
 pub use scorer::{Scorer, Step, TableScorer};
 pub use search::{decode_parallel, nbest_lines, BeamSearch, Gnmt, SearchConfig};
 
@@ -49,6 +53,14 @@ pub enum Error {
         op: &'static str,
         /// What is wrong and how to fix it.
         message: String,
+    },
+    /// A pickle (a PyTorch checkpoint's `data.pkl`, a pickled vocabulary) that cannot be read.
+    #[error("{path}: {source}")]
+    Pickle {
+        /// The file (and the member of the archive, for a checkpoint).
+        path: String,
+        /// What is wrong, with the opcode and its offset.
+        source: pickle::PickleError,
     },
 }
 
