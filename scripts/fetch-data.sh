@@ -4,6 +4,9 @@
 # with a message when they are absent.
 #
 #   g2p-en==2.1.0 (Apache-2.0): data/g2p_en/checkpoint20.npz, data/g2p_en/g2p.py
+#   cn2en==0.0.118 (MIT): data/cn2en/model.pth (a PyTorch zip checkpoint), the pickled
+#     vocabularies data/cn2en/input_lang.pkl and output_lang.pkl, data/cn2en/model.py (the
+#     architecture and the greedy decoder), data/cn2en/LICENSE
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA="${KILN_DATA_DIR:-data}"
@@ -29,4 +32,10 @@ PY
 
 if [ ! -f "$DATA/g2p_en/checkpoint20.npz" ]; then
     fetch_wheel g2p-en==2.1.0 g2p_en/checkpoint20.npz g2p_en/g2p.py g2p_en-2.1.0.dist-info/LICENSE.txt
+fi
+
+if [ ! -f "$DATA/cn2en/model.pth" ]; then
+    fetch_wheel cn2en==0.0.118 cn2en/model.pth cn2en/input_lang.pkl cn2en/output_lang.pkl \
+        cn2en/model.py cn2en-0.0.118.dist-info/LICENSE
+    cp "$DATA/cn2en-0.0.118.dist-info/LICENSE" "$DATA/cn2en/LICENSE"
 fi

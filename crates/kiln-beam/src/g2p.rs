@@ -16,17 +16,19 @@ const PHONEMES: [&str; 70] = [
     "TH", "UH0", "UH1", "UH2", "UW", "UW0", "UW1", "UW2", "V", "W", "Y", "Z", "ZH",
 ];
 
-struct Gru {
-    w_ih_t: Array, // [E, 3H]
-    w_hh_t: Array, // [H, 3H]
-    b_ih: Array,
-    b_hh: Array,
-    hidden: usize,
+/// A GRU layer's weights, transposed for `x @ W`; shared with the cn2en model.
+#[derive(Clone)]
+pub(crate) struct Gru {
+    pub(crate) w_ih_t: Array, // [E, 3H]
+    pub(crate) w_hh_t: Array, // [H, 3H]
+    pub(crate) b_ih: Array,
+    pub(crate) b_hh: Array,
+    pub(crate) hidden: usize,
 }
 
 impl Gru {
     /// One GRU step, PyTorch gate order (r, z, n).
-    fn cell(&self, x: &Array, h: &Array) -> kiln::Result<Array> {
+    pub(crate) fn cell(&self, x: &Array, h: &Array) -> kiln::Result<Array> {
         let hs = self.hidden as isize;
         let gi = x.try_matmul(&self.w_ih_t)?.try_add(&self.b_ih)?;
         let gh = h.try_matmul(&self.w_hh_t)?.try_add(&self.b_hh)?;

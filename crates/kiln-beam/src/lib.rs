@@ -23,6 +23,7 @@
 //! # Ok::<(), kiln_beam::Error>(())
 //! ```
 
+mod cn2en;
 mod g2p;
 mod history;
 mod npz;
@@ -32,6 +33,7 @@ mod scorer;
 mod search;
 mod zip;
 
+pub use cn2en::Cn2En;
 pub use g2p::G2p;
 pub use history::{Finished, History, Hypothesis};
 pub use npz::read_npz;
