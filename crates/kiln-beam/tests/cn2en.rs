@@ -206,3 +206,98 @@ fn real_model_matches_torch() {
     assert!(cases.len() >= 30);
     check_against(&model, &cases);
 }
+
+fn translate_cli(args: &[&str], input: &[u8]) -> (String, String, i32) {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kiln-translate"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+        out.status.code().unwrap_or(-1),
+    )
+}
+
+#[test]
+fn the_cli_translates_with_cn2en() {
+    let spec = format!("cn2en:{}", tiny_dir().display());
+    let input = "我不知道。\n\ntom知道。\n\u{1F980}\n".as_bytes();
+    let (out, err, code) = translate_cli(
+        &[
+            "--model",
+            &spec,
+            "-b",
+            "1",
+            "--threads",
+            "2",
+            "--mini-batch",
+            "1",
+        ],
+        input,
+    );
+    assert_eq!(code, 0, "{err}");
+    // an empty line stays empty; a line of unknown characters is decoded from EOS alone,
+    // as model.py does
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        ["i don't know .", "", "tom knows .", "i know ."]
+    );
+    let (out, _, code) = translate_cli(
+        &["--model", &spec, "-b", "2", "--n-best"],
+        "我知道。\n".as_bytes(),
+    );
+    assert_eq!(code, 0);
+    assert!(
+        out.lines()
+            .next()
+            .unwrap()
+            .starts_with("0 ||| i know . ||| F0= "),
+        "{out}"
+    );
+    // an ensemble of the same model decodes like the model
+    let (out, err, code) = translate_cli(
+        &[
+            "--model",
+            &spec,
+            "--model",
+            &spec,
+            "--weights",
+            "0.5,0.5",
+            "-b",
+            "1",
+        ],
+        "tom不知道。\n".as_bytes(),
+    );
+    assert_eq!((out.trim(), code), ("tom doesn't know .", 0), "{err}");
+    // a mismatched checkpoint fails before reading input, naming the tensor
+    let bad = format!("cn2en:{}", tiny_dir().join("bad").display());
+    let (_, err, code) = translate_cli(&["--model", &bad], b"x\n");
+    assert_eq!(code, 1);
+    assert!(err.contains("decoder.gru.weight_hh_l0"), "{err}");
+    let (_, err, code) = translate_cli(&["--model", "nmt:x"], b"");
+    assert_eq!(code, 2);
+    assert!(err.contains("cn2en:DIR"), "{err}");
+}
+
+#[test]
+fn the_cli_translates_the_issue_sentences() {
+    let Some(dir) = model_dir() else { return };
+    let spec = format!("cn2en:{}", dir.display());
+    let (out, err, code) = translate_cli(
+        &["--model", &spec, "-b", "1"],
+        "我不知道。\n他是我的朋友。\n".as_bytes(),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        ["i don't know .", "he's my friend ."]
+    );
+}

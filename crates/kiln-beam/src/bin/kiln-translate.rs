@@ -1,16 +1,23 @@
 //! `kiln-translate`: decodes lines from stdin to stdout with a kiln beam search, with the
-//! options users of amun/Marian know. Models: `--model g2p:PATH` (g2p-en's checkpoint20.npz;
-//! each input line is a word, output is its phonemes).
+//! options users of amun/Marian know. Models:
+//! - `--model g2p:PATH`: g2p-en's `checkpoint20.npz`; each input line is a word, the output
+//!   its phonemes;
+//! - `--model cn2en:DIR`: the cn2en Chinese→English model, a directory holding its
+//!   `model.pth`, `input_lang.pkl` and `output_lang.pkl` (as `scripts/fetch-data.sh` leaves
+//!   them in `data/cn2en`); each input line is a sentence, the output its English words.
+//!
+//! Several `--model`s form an ensemble; they must be of one kind (one vocabulary).
 //!
 //! ```text
 //! echo activationist | kiln-translate --model g2p:data/g2p_en/checkpoint20.npz -b 4 --n-best
+//! echo 我不知道。 | kiln-translate --model cn2en:data/cn2en -b 1
 //! ```
 
-use kiln_beam::{decode_parallel, nbest_lines, BeamSearch, G2p, Scorer, SearchConfig};
+use kiln_beam::{decode_parallel, nbest_lines, BeamSearch, Cn2En, G2p, Scorer, SearchConfig};
 use std::io::{Read, Write};
 use std::time::Instant;
 
-const USAGE: &str = "usage: kiln-translate --model g2p:PATH [options] < input > output
+const USAGE: &str = "usage: kiln-translate --model g2p:PATH|cn2en:DIR [options] < input > output
 
 options:
   -b, --beam-size N          beam size (default 4)
@@ -93,7 +100,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         }
     }
     if o.models.is_empty() {
-        return Err("give a model with --model g2p:PATH".into());
+        return Err("give a model with --model g2p:PATH or --model cn2en:DIR".into());
     }
     if !o.weights.is_empty() && o.weights.len() != o.models.len() {
         return Err(format!(
@@ -107,13 +114,78 @@ fn parse(args: &[String]) -> Result<Options, String> {
     }
     if o.alignment.is_some() {
         return Err(
-            "--alignment: the g2p model has no attention, so there is no alignment to print".into(),
+            "--alignment: the g2p and cn2en models have no attention, so there is no alignment to print"
+                .into(),
         );
     }
     Ok(o)
 }
 
-struct Weighted(G2p, f64);
+/// A model named on the command line, with what the CLI needs of its kind: how a line
+/// becomes source ids, how an id becomes a word, and the search's special ids.
+#[derive(Clone)]
+enum Model {
+    /// g2p-en, loaded again by each decoding thread.
+    G2p(String),
+    /// cn2en, loaded once (clones share the weights).
+    Cn2En(Box<Cn2En>),
+}
+
+impl Model {
+    /// Parses `KIND:PATH` and loads the model, so a bad file fails before any input is read.
+    fn load(spec: &str) -> Result<Model, String> {
+        match spec.split_once(':') {
+            Some(("g2p", p)) => {
+                G2p::load(p).map_err(|e| e.to_string())?;
+                Ok(Model::G2p(p.to_string()))
+            }
+            Some(("cn2en", d)) => Cn2En::load(d)
+                .map(|m| Model::Cn2En(Box::new(m)))
+                .map_err(|e| e.to_string()),
+            _ => Err(format!("--model {spec:?}: expected g2p:PATH or cn2en:DIR")),
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Model::G2p(_) => "g2p",
+            Model::Cn2En(_) => "cn2en",
+        }
+    }
+
+    fn scorer(&self) -> kiln_beam::Result<Box<dyn Scorer>> {
+        Ok(match self {
+            Model::G2p(p) => Box::new(G2p::load(p)?),
+            Model::Cn2En(m) => Box::new((**m).clone()),
+        })
+    }
+
+    /// Source ids of a non-empty line.
+    fn encode(&self, line: &str) -> Vec<usize> {
+        match self {
+            Model::G2p(_) => G2p::encode_word(line),
+            Model::Cn2En(m) => m.encode_sentence(line),
+        }
+    }
+
+    fn word(&self, id: usize) -> String {
+        match self {
+            Model::G2p(_) => G2p::phoneme(id).to_string(),
+            Model::Cn2En(m) => m.word(id).to_string(),
+        }
+    }
+
+    /// Sets the sentence start, end and UNK ids.
+    fn configure(&self, c: &mut SearchConfig) {
+        let (bos, eos, unk) = match self {
+            Model::G2p(_) => (G2p::BOS, G2p::EOS, Some(G2p::UNK)),
+            Model::Cn2En(_) => (Cn2En::SOS, Cn2En::EOS, None),
+        };
+        (c.bos, c.eos, c.unk) = (bos, eos, unk);
+    }
+}
+
+struct Weighted(Box<dyn Scorer>, f64);
 
 impl Scorer for Weighted {
     fn name(&self) -> &str {
@@ -153,37 +225,56 @@ fn main() {
             std::process::exit(if e.is_empty() { 0 } else { 2 });
         }
     };
-    let paths: Vec<String> = o
+    for m in &o.models {
+        if !matches!(m.split_once(':'), Some(("g2p" | "cn2en", _))) {
+            eprintln!("kiln-translate: --model {m:?}: expected g2p:PATH or cn2en:DIR");
+            eprintln!("{USAGE}");
+            std::process::exit(2);
+        }
+    }
+    // load every model first: a bad model file fails before any input is read
+    let models: Vec<Model> = o
         .models
         .iter()
-        .map(|m| match m.split_once(':') {
-            Some(("g2p", p)) => Ok(p.to_string()),
-            _ => Err(format!("--model {m:?}: expected g2p:PATH")),
-        })
+        .map(|m| Model::load(m))
         .collect::<Result<_, _>>()
         .unwrap_or_else(|e| {
             eprintln!("kiln-translate: {e}");
-            std::process::exit(2)
+            std::process::exit(1)
         });
+    let first = &models[0];
+    for m in &models[1..] {
+        let same = match (first, m) {
+            (Model::G2p(_), Model::G2p(_)) => true,
+            (Model::Cn2En(a), Model::Cn2En(b)) => a.same_vocabularies(b),
+            _ => false,
+        };
+        if !same {
+            eprintln!(
+                "kiln-translate: an ensemble needs models of one kind and one vocabulary ({} and {} given)",
+                first.kind(),
+                m.kind()
+            );
+            std::process::exit(2);
+        }
+    }
+    let mut config = o.config.clone();
+    first.configure(&mut config);
     let weights = if o.weights.is_empty() {
-        vec![1.0; paths.len()]
+        vec![1.0; models.len()]
     } else {
         o.weights.clone()
     };
-    // fail early on a bad model file
-    for p in &paths {
-        if let Err(e) = G2p::load(p) {
-            eprintln!("kiln-translate: {e}");
-            std::process::exit(1);
-        }
-    }
     let make = || -> kiln_beam::Result<BeamSearch> {
-        let scorers = paths
+        let scorers = models
             .iter()
             .zip(&weights)
-            .map(|(p, &w)| G2p::load(p).map(|g| Box::new(Weighted(g, w)) as Box<dyn Scorer>))
+            .map(|(m, &w)| {
+                m.scorer()
+                    .map(|s| Box::new(Weighted(s, w)) as Box<dyn Scorer>)
+            })
             .collect::<kiln_beam::Result<_>>()?;
-        Ok(BeamSearch::new(scorers, o.config.clone()))
+        Ok(BeamSearch::new(scorers, config.clone()))
     };
     let mut raw = Vec::new();
     if let Err(e) = std::io::stdin().read_to_end(&mut raw) {
@@ -224,13 +315,13 @@ fn main() {
     let total = lines.len();
     let mut produced = 0usize;
     let chunk = (o.mini_batch * o.maxi_batch).max(1);
-    let names: Vec<String> = (0..paths.len()).map(|i| format!("F{i}")).collect();
+    let names: Vec<String> = (0..models.len()).map(|i| format!("F{i}")).collect();
     let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
     for (c, block) in lines.chunks(chunk).enumerate() {
         let srcs: Vec<Vec<usize>> = block
             .iter()
             .map(|l| match l {
-                Some(s) if !s.is_empty() => G2p::encode_word(s),
+                Some(s) if !s.is_empty() => first.encode(s),
                 _ => vec![],
             })
             .collect();
@@ -250,18 +341,20 @@ fn main() {
         }
         for (i, h) in by_line.into_iter().enumerate() {
             let id = c * chunk + i;
-            let phon = |w: usize| G2p::phoneme(w).to_string();
+            let phon = |w: usize| first.word(w);
             let strip = |ws: Vec<usize>| {
                 ws.into_iter()
-                    .filter(|&w| w != G2p::EOS)
+                    .filter(|&w| w != config.eos)
                     .map(phon)
                     .collect::<Vec<_>>()
                     .join(" ")
+                    .trim()
+                    .to_string()
             };
             match h {
                 Some(h) if o.n_best => {
-                    for line in nbest_lines(id, &h, o.config.beam, &name_refs, |w| {
-                        if w == G2p::EOS {
+                    for line in nbest_lines(id, &h, config.beam, &name_refs, |w| {
+                        if w == config.eos {
                             String::new()
                         } else {
                             phon(w)
