@@ -102,9 +102,17 @@ fn n_words(path: &Path, lang: &Value) -> Result<usize> {
 }
 
 impl Cn2En {
-    /// Sentence start (`SOS`).
+    /// Sentence start (`SOS`), the decoder's first input.
+    ///
+    /// ```
+    /// assert_eq!(kiln_beam::Cn2En::config(1).bos, kiln_beam::Cn2En::SOS);
+    /// ```
     pub const SOS: usize = 0;
-    /// Sentence end (`EOS`).
+    /// Sentence end (`EOS`): ends every source sentence and every translation.
+    ///
+    /// ```
+    /// assert_eq!(kiln_beam::Cn2En::config(1).eos, kiln_beam::Cn2En::EOS);
+    /// ```
     pub const EOS: usize = 1;
 
     /// Loads `model.pth`, `input_lang.pkl` and `output_lang.pkl` from `dir`, checking every

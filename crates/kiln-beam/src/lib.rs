@@ -6,6 +6,13 @@
 //! hypotheses, n-best lists, ensembles (weighted sums of scorers), and length normalisation
 //! (`(cost − wp·len) / len^α`, or the GNMT length and coverage penalties of Wu et al. 2016 §7).
 //!
+//! Real models: [`G2p`] (g2p-en's GRU encoder-decoder, from its numpy `.npz`, read by
+//! [`read_npz`]) and [`Cn2En`] (the cn2en Chinese→English GRU seq2seq, from its PyTorch
+//! `.pth` checkpoint, read by [`read_pth`], and its pickled vocabularies, read by
+//! [`pickle::loads`]). The readers are general: [`read_pth`] rebuilds any dense tensor of a
+//! `torch.save` file (storage offsets, strides, every dtype kiln has), and [`pickle`] reads the
+//! pickle protocols 2 to 5 without running anything.
+//!
 //! **One kiln computation per step for the whole batch.** The rows of every sentence's beam
 //! live in one `[sentences × beam, …]` state; dead rows are kept with cost −∞, so every step has
 //! the same shapes and the graph cache compiles the step once per batch shape, however the

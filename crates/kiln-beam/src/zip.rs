@@ -220,9 +220,8 @@ impl<'a> ZipArchive<'a> {
 mod tests {
     use super::*;
 
-    /// A zip built by Python's `zipfile` (`a.txt` stored, `b.txt` deflated):
-    /// `z = zipfile.ZipFile(buf, "w"); z.writestr("a.txt", "hello");
-    ///  z.writestr(zipfile.ZipInfo("b.txt"), "hello hello hello", zipfile.ZIP_DEFLATED)`.
+    /// A zip built by Python's `zipfile` (`a.txt` stored, `b.txt` deflated;
+    /// `tests/fixtures/gen_pickle_fixtures.py`).
     fn sample() -> Vec<u8> {
         include_bytes!("../tests/fixtures/zip/stored_and_deflated.zip").to_vec()
     }
@@ -233,6 +232,18 @@ mod tests {
         let z = ZipArchive::parse("test", "sample.zip", &b).unwrap();
         let names: Vec<&str> = z.members.iter().map(|m| m.name.as_str()).collect();
         assert_eq!(names, ["a.txt", "b.txt"]);
+        assert_eq!(&*z.read(z.find("a.txt").unwrap()).unwrap(), b"hello");
+        assert_eq!(
+            &*z.read(z.find("b.txt").unwrap()).unwrap(),
+            b"hello hello hello"
+        );
+    }
+
+    #[test]
+    fn reads_zip64_records_and_extra_fields() {
+        let b = include_bytes!("../tests/fixtures/zip/zip64.zip");
+        let z = ZipArchive::parse("test", "zip64.zip", b).unwrap();
+        assert_eq!(z.members.len(), 2);
         assert_eq!(&*z.read(z.find("a.txt").unwrap()).unwrap(), b"hello");
         assert_eq!(
             &*z.read(z.find("b.txt").unwrap()).unwrap(),
