@@ -11,8 +11,9 @@
 //!
 //! Shared references (`BINPUT`/`BINGET`, `MEMOIZE`) are honoured: a container that is
 //! memoised and then filled is seen filled wherever it is fetched from the memo. The result is
-//! a tree, so a shared object appears once per reference, and a self-referencing structure is
-//! an error. Protocol 0/1 text opcodes (`INT`, `STRING`, `PUT`, `INST`, …), extension codes
+//! a tree, so a shared object appears once per reference; a self-referencing structure, and
+//! one whose shared references would expand it past 8 times its pickled size (a "billion
+//! laughs"), are errors. Protocol 0/1 text opcodes (`INT`, `STRING`, `PUT`, `INST`, …), extension codes
 //! (`EXT1/2/4`) and out-of-band buffers (`NEXT_BUFFER`) are errors naming the opcode and its
 //! offset, as is any byte that is not an opcode. Nothing here panics on malformed input.
 //!
@@ -354,7 +355,9 @@ pub fn loads_prefix(data: &[u8]) -> Result<(Value, usize), PickleError> {
     let mut b = Builder {
         arena: &m.arena,
         visiting: vec![false; m.arena.len()],
-        budget: 50_000_000,
+        // a tree may repeat shared values, but not without bound: a few references to a big
+        // table are fine, a "billion laughs" of nested shared lists is an error
+        budget: m.arena.len().saturating_mul(8).max(1 << 20),
     };
     Ok((b.build(root, 0)?, m.pos))
 }
@@ -965,6 +968,7 @@ impl<'a> Machine<'a> {
 struct Builder<'a> {
     arena: &'a [Node],
     visiting: Vec<bool>,
+    /// How many more values the tree may have.
     budget: usize,
 }
 
@@ -977,7 +981,7 @@ impl Builder<'_> {
         }
         if self.budget == 0 {
             return Err(PickleError::Structure(
-                "shared references expand to more than 50 million values".into(),
+                "shared references expand the structure to more than 8 times its pickled size (or a million values)".into(),
             ));
         }
         self.budget -= 1;

@@ -351,6 +351,14 @@ fn corrupt_bytes_are_errors_naming_opcode_and_offset() {
     // a string that is not UTF-8
     let e = loads(b"\x80\x04\x8c\x01\xff.").unwrap_err();
     assert!(e.to_string().contains("UTF-8"), "{e}");
+    // a "billion laughs": 40 levels of tuples of two references to the level below
+    let mut bomb = b"\x80\x02Nq\x00".to_vec();
+    for k in 0..40u8 {
+        bomb.extend([b'h', k, b'h', k, 0x86, b'q', k + 1]);
+    }
+    bomb.push(b'.');
+    let e = loads(&bomb).unwrap_err();
+    assert!(matches!(e, PickleError::Structure(_)), "{e}");
     // a list that contains itself
     let e = loads(b"\x80\x02]q\x00h\x00a.").unwrap_err();
     assert!(e.to_string().contains("itself"), "{e}");
