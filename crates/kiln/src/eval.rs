@@ -1,30 +1,78 @@
 //! Evaluation: the arrays that need values are traced together, their compiled plan is
-//! taken from the graph cache (or compiled), run on the backend, and each result is stored in
-//! its node. Also the cache controls and the inspector.
+//! taken from the graph cache of the current device's engine (or compiled), run on that
+//! device, and each result is stored in its node. Also the cache controls and the inspector.
 //!
 //! `KILN_CACHE_CAPACITY=n` sets the initial cache bound; `KILN_LOG_COMPILES=1` logs each
 //! compile with its reason; `KILN_DUMP_DIR=dir` writes DOT files of each compiled graph.
-//! Depends on `kiln-ir`, `kiln-compiler` and `kiln-cpu`.
+//! Depends on `kiln-ir`, `kiln-compiler`, `kiln-cpu`, (feature `wgpu`) `kiln-wgpu`, and
+//! [`crate::device`].
 
+use crate::device::{default_device, Device};
 use crate::Array;
-use kiln_compiler::{CacheStats, Engine, Report};
+use kiln_compiler::{Backend, CacheStats, Compiled, Engine, Report};
 use kiln_cpu::CpuBackend;
-use kiln_ir::{LazyExpr, NodeRef, Result};
-use std::sync::OnceLock;
+use kiln_ir::{HostData, LazyExpr, NodeRef, Result};
+use std::sync::{Arc, OnceLock};
 
 /// The default bound of the graph cache (plans).
 pub const DEFAULT_CACHE_CAPACITY: usize = kiln_compiler::DEFAULT_CAPACITY;
 
+fn capacity() -> usize {
+    std::env::var("KILN_CACHE_CAPACITY")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_CACHE_CAPACITY)
+}
+
 #[allow(clippy::default_constructed_unit_structs)] // the backend may gain state (a pool)
-fn engine() -> &'static Engine<CpuBackend> {
+fn cpu_engine() -> &'static Engine<CpuBackend> {
     static ENGINE: OnceLock<Engine<CpuBackend>> = OnceLock::new();
-    ENGINE.get_or_init(|| {
-        let cap = std::env::var("KILN_CACHE_CAPACITY")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(DEFAULT_CACHE_CAPACITY);
-        Engine::new(CpuBackend::default(), cap)
-    })
+    ENGINE.get_or_init(|| Engine::new(CpuBackend::default(), capacity()))
+}
+
+/// The wgpu engine, opened on first use (`Err` with the reason when no adapter exists or the
+/// `wgpu` feature is off).
+#[cfg(feature = "wgpu")]
+pub(crate) fn wgpu_engine() -> Result<&'static Engine<kiln_wgpu::WgpuBackend>> {
+    static ENGINE: OnceLock<std::result::Result<Engine<kiln_wgpu::WgpuBackend>, String>> =
+        OnceLock::new();
+    ENGINE
+        .get_or_init(|| {
+            kiln_wgpu::WgpuBackend::new()
+                .map(|b| Engine::new(b, capacity()))
+                .map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| crate::device::unavailable(e.clone()))
+}
+
+/// Runs `f` with the engine of `device`.
+macro_rules! with_engine {
+    ($device:expr, |$e:ident| $body:expr) => {
+        match $device {
+            Device::Cpu => {
+                let $e = cpu_engine();
+                $body
+            }
+            #[cfg(feature = "wgpu")]
+            Device::Wgpu => {
+                let $e = wgpu_engine()?;
+                $body
+            }
+            #[cfg(not(feature = "wgpu"))]
+            Device::Wgpu => Err(crate::device::unavailable(
+                "kiln was built without its `wgpu` feature".into(),
+            )),
+        }
+    };
+}
+
+fn evaluate_on<B: Backend>(e: &Engine<B>, nodes: &[&NodeRef]) -> Result<Vec<HostData>> {
+    e.evaluate(nodes)
+}
+
+fn inspect_on<B: Backend>(e: &Engine<B>, nodes: &[&NodeRef]) -> Result<(Report, Arc<Compiled>)> {
+    e.inspect(nodes)
 }
 
 /// Evaluates several arrays in one pass, so work they share is done once.
@@ -41,6 +89,10 @@ fn engine() -> &'static Engine<CpuBackend> {
 /// # Ok::<(), kiln::Error>(())
 /// ```
 pub fn eval(arrays: &[&Array]) -> Result<()> {
+    eval_with(default_device(), arrays)
+}
+
+pub(crate) fn eval_with(device: Device, arrays: &[&Array]) -> Result<()> {
     let pending: Vec<&NodeRef> = arrays
         .iter()
         .map(|a| &a.node)
@@ -49,7 +101,7 @@ pub fn eval(arrays: &[&Array]) -> Result<()> {
     if pending.is_empty() {
         return Ok(());
     }
-    let values = engine().evaluate(&pending)?;
+    let values = with_engine!(device, |e| evaluate_on(e, &pending))?;
     for (node, value) in pending.into_iter().zip(values) {
         node.set_value(value);
     }
@@ -83,7 +135,9 @@ pub fn lower(arrays: &[&Array]) -> LazyExpr {
 /// # Ok::<(), kiln::Error>(())
 /// ```
 pub fn cache_stats() -> CacheStats {
-    engine().cache().stats()
+    let stats =
+        || -> Result<CacheStats> { with_engine!(default_device(), |e| Ok(e.cache().stats())) };
+    stats().unwrap_or_default()
 }
 
 /// Sets the graph cache's bound (plans), evicting the least recently used if needed.
@@ -94,7 +148,13 @@ pub fn cache_stats() -> CacheStats {
 /// kiln::set_cache_capacity(kiln::DEFAULT_CACHE_CAPACITY);
 /// ```
 pub fn set_cache_capacity(capacity: usize) {
-    engine().cache().set_capacity(capacity)
+    let set = || -> Result<()> {
+        with_engine!(default_device(), |e| {
+            e.cache().set_capacity(capacity);
+            Ok(())
+        })
+    };
+    let _ = set();
 }
 
 /// Empties the graph cache and resets its counters.
@@ -103,7 +163,13 @@ pub fn set_cache_capacity(capacity: usize) {
 /// kiln::clear_cache();
 /// ```
 pub fn clear_cache() {
-    engine().cache().clear()
+    let clear = || -> Result<()> {
+        with_engine!(default_device(), |e| {
+            e.cache().clear();
+            Ok(())
+        })
+    };
+    let _ = clear();
 }
 
 /// What evaluating `arrays` together would do, without running it: the kernels and what each
@@ -135,7 +201,7 @@ pub struct Inspection {
 /// ```
 pub fn inspect(arrays: &[&Array]) -> Result<Inspection> {
     let nodes: Vec<&NodeRef> = arrays.iter().map(|a| &a.node).collect();
-    let (report, c) = engine().inspect(&nodes)?;
+    let (report, c) = with_engine!(default_device(), |e| inspect_on(e, &nodes))?;
     Ok(Inspection {
         report,
         dot_before: c.dot_before(),

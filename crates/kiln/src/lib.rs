@@ -28,6 +28,7 @@
 
 mod array;
 mod creation;
+mod device;
 mod display;
 mod eval;
 mod grad;
@@ -39,6 +40,7 @@ mod ops;
 mod reduce;
 
 pub use array::Array;
+pub use device::{default_device, eval_on, set_default_device, Device};
 pub use eval::{
     cache_stats, clear_cache, eval, inspect, lower, set_cache_capacity, Inspection,
     DEFAULT_CACHE_CAPACITY,

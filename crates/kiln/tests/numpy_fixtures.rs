@@ -35,7 +35,9 @@
 //! * `arange linspace`: numpy fills `start + i * delta` in the dtype, kiln computes in `f64`
 //!   and rounds once: `f32` rtol 2e-7 (≈1 ulp) / atol 1e-7, `f64` rtol 1e-15 / atol 1e-15.
 
-use kiln::{Array, DType, Operand, Scalar, SliceArg};
+mod common;
+
+use kiln::{Array, DType, Device, Operand, Scalar, SliceArg};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -652,8 +654,8 @@ fn fixtures() -> Fixtures {
     }
 }
 
-/// Runs one case; `Err` describes how kiln failed it.
-fn run_case(case: &Value, shared: &[Value]) -> Result<(), String> {
+/// Runs one case on `device`; `Err` describes how kiln failed it.
+fn run_case(case: &Value, shared: &[Value], device: Device) -> Result<(), String> {
     let op = case["op"].as_str().expect("an op name");
     let empty = Value::Object(Default::default());
     let args = Args(case.get("args").unwrap_or(&empty));
@@ -670,7 +672,7 @@ fn run_case(case: &Value, shared: &[Value]) -> Result<(), String> {
             ("build", Err(_)) => Ok(()),
             ("build", Ok(outs)) => {
                 let refs: Vec<&Array> = outs.iter().collect();
-                Err(match kiln::eval(&refs) {
+                Err(match kiln::eval_on(device, &refs) {
                     Err(e) => format!("expected a build error; got an evaluation error: {e}"),
                     Ok(()) => "expected a build error; kiln accepted the case".to_string(),
                 })
@@ -680,7 +682,7 @@ fn run_case(case: &Value, shared: &[Value]) -> Result<(), String> {
             )),
             ("eval", Ok(outs)) => {
                 let refs: Vec<&Array> = outs.iter().collect();
-                match kiln::eval(&refs) {
+                match kiln::eval_on(device, &refs) {
                     Err(_) => Ok(()),
                     Ok(()) => Err("expected an evaluation error; kiln evaluated it".into()),
                 }
@@ -690,7 +692,7 @@ fn run_case(case: &Value, shared: &[Value]) -> Result<(), String> {
     }
     let outs = built.map_err(|e| format!("build error: {e}"))?;
     let refs: Vec<&Array> = outs.iter().collect();
-    kiln::eval(&refs).map_err(|e| format!("evaluation error: {e}"))?;
+    kiln::eval_on(device, &refs).map_err(|e| format!("evaluation error: {e}"))?;
     let expected: Vec<Tensor> = case["expected"]
         .as_array()
         .expect("expected outputs")
@@ -729,6 +731,27 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 
 #[test]
 fn kiln_matches_numpy() {
+    run_suite(Device::Cpu);
+}
+
+/// The same cases on the GPU backend (skipped with a message when no adapter exists, unless
+/// `KILN_REQUIRE_GPU=1`).
+#[cfg(feature = "wgpu")]
+#[test]
+fn kiln_matches_numpy_on_wgpu() {
+    if common::wgpu_or_skip("numpy fixtures") {
+        run_suite(Device::Wgpu);
+    }
+}
+
+/// Cases a device does not run, with the reason (documented in `kiln_wgpu::wgsl_math`).
+fn skipped(device: Device, name: &str) -> Option<&'static str> {
+    let trig = name.starts_with("unary/sin/") || name.starts_with("unary/cos/");
+    (device == Device::Wgpu && trig && name.ends_with("/specials"))
+        .then_some("sin/cos of |x| > 1e5: wgpu reduces arguments with three-part Cody-Waite only")
+}
+
+fn run_suite(device: Device) {
     let fx = fixtures();
     // Panics inside kiln are reported as failures of their case: keep the default hook quiet
     // on this test's thread so the summary below is readable.
@@ -740,15 +763,27 @@ fn kiln_matches_numpy() {
         }
     }));
     let mut failures = Vec::new();
+    let mut skips: BTreeMap<String, usize> = BTreeMap::new();
     let mut per_op: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     for case in &fx.cases {
         let name = case["name"].as_str().expect("a case name");
         let op = case["op"].as_str().expect("an op").to_string();
-        let r = catch_unwind(AssertUnwindSafe(|| run_case(case, &fx.shared)))
+        if let Some(why) = skipped(device, name) {
+            *skips.entry(why.to_string()).or_default() += 1;
+            continue;
+        }
+        let r = catch_unwind(AssertUnwindSafe(|| run_case(case, &fx.shared, device)))
             .unwrap_or_else(|p| Err(format!("panicked: {}", panic_message(&*p))));
         let e = per_op.entry(op).or_default();
         e.0 += 1;
         if let Err(msg) = r {
+            // An adapter without f64/i64 support reports it; that is the documented outcome.
+            if device == Device::Wgpu && msg.contains("lacks the SHADER_") {
+                *skips
+                    .entry("the adapter lacks SHADER_F64/SHADER_INT64".into())
+                    .or_default() += 1;
+                continue;
+            }
             e.1 += 1;
             let note = case
                 .get("note")
@@ -759,6 +794,9 @@ fn kiln_matches_numpy() {
         }
     }
     let _ = std::panic::take_hook(); // back to the default hook
+    for (why, n) in &skips {
+        eprintln!("numpy fixtures on {device}: skipped {n} case(s): {why}");
+    }
     let failing_ops: Vec<String> = per_op
         .iter()
         .filter(|(_, (_, f))| *f > 0)
@@ -766,7 +804,7 @@ fn kiln_matches_numpy() {
         .collect();
     assert!(
         failures.is_empty(),
-        "{} of {} numpy fixture cases failed (by op: {}):\n{}",
+        "{} of {} numpy fixture cases failed on {device} (by op: {}):\n{}",
         failures.len(),
         fx.cases.len(),
         failing_ops.join(", "),

@@ -1,0 +1,1053 @@
+//! One function per plan kernel kind, each turning a kernel and its launch into
+//! [`Dispatch`]es: WGSL text (structure only), the `kmeta` words and `f64` scalars of this
+//! launch, the bindings, and the workgroup count.
+//!
+//! Index spaces map to threads as follows: elementwise, take, scatter-add and concat run one
+//! thread per output element; reductions one workgroup (256 threads, shared-memory tree) per
+//! output and chunk of 4,096 reduced elements, with further passes over the partials; arg
+//! reductions one workgroup per output; top-k one thread per row; matmul 16×16 threads per
+//! 64×64 output tile (4×4 per thread) with 64×16 / 16×64 operand tiles in workgroup memory.
+//!
+//! Depends on [`crate::codegen`], `kiln-compiler`'s plan types.
+
+use crate::codegen::{emit_program, from_storage, identity_view, sty, to_storage, vty, Bind, Gen};
+use crate::device::Capabilities;
+use kiln_compiler::{Input, Kernel, Launch, Program, Source, Strided};
+use kiln_ir::{resolve_shape, ArgReduceOp, DType, Dim, Distribution, ReduceOp, Result};
+use std::fmt::Write;
+
+/// Threads per workgroup of the one-dimensional kernels.
+pub(crate) const WG: u64 = 256;
+/// Reduced elements per workgroup and pass.
+const CHUNK: usize = 4096;
+
+/// One compute dispatch.
+pub(crate) struct Dispatch {
+    pub source: String,
+    pub binds: Vec<Bind>,
+    pub meta: Vec<u32>,
+    pub f64s: Vec<f64>,
+    pub status: bool,
+    /// Workgroups in total (folded into a 2-D grid by the launcher), or an explicit grid.
+    pub groups: u64,
+    pub grid: Option<[u32; 3]>,
+}
+
+/// The dispatches of one kernel launch, plus the scratch buffers they share.
+pub(crate) struct Work {
+    pub dispatches: Vec<Dispatch>,
+    /// Scratch buffers (`Bind::Extra(i)`): dtype and length.
+    pub extras: Vec<(DType, usize)>,
+    /// Axis and size reported by an index check.
+    pub index_check: (usize, usize),
+}
+
+impl Work {
+    fn one(d: Dispatch) -> Work {
+        Work {
+            dispatches: vec![d],
+            extras: Vec::new(),
+            index_check: (0, 0),
+        }
+    }
+}
+
+/// How each kernel input is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum In {
+    /// From its own buffer (`a{x}`).
+    Buffer,
+    /// From output `j`, written in place (same contiguous layout as the output).
+    Output(usize),
+    /// Iota or random: computed.
+    Virtual,
+}
+
+fn finish(mut g: Gen<'_>, body: &str, groups: u64, grid: Option<[u32; 3]>) -> Dispatch {
+    let source = g.finish(body);
+    Dispatch {
+        source,
+        binds: g.bindings(),
+        meta: std::mem::take(&mut g.meta),
+        f64s: std::mem::take(&mut g.f64s),
+        status: g.status,
+        groups,
+        grid,
+    }
+}
+
+const MAIN_1D: &str = "@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+";
+
+/// The expression of input `x`'s element at view coordinates `coords` (or at the linear
+/// position `lin` when the view is the identity of `space`).
+#[allow(clippy::too_many_arguments)]
+fn load(
+    g: &mut Gen<'_>,
+    out: &mut String,
+    kernel: &Kernel,
+    launch: &Launch<'_>,
+    how: &[In],
+    x: usize,
+    coords: &[String],
+    lin: Option<&str>,
+) -> Result<String> {
+    let input: &Input = &kernel.inputs[x];
+    let view: &Strided = &launch.views[x];
+    let d = input.dtype;
+    g.check(d)?;
+    let index = match lin {
+        Some(l) => l.to_string(),
+        None => g.offset(view, coords)?,
+    };
+    Ok(match how[x] {
+        In::Buffer => {
+            g.input(x, d);
+            from_storage(d, &format!("a{x}[{index}]"))
+        }
+        In::Output(j) => from_storage(d, &format!("o{j}[{index}]")),
+        In::Virtual => {
+            let name = format!("kvirt{x}_{}", out.len());
+            let _ = writeln!(out, "    let {name}l = {index};");
+            match input.source {
+                Source::Iota { axis } => {
+                    let base = resolve_shape(&input.view.base, launch.dims);
+                    let stride: usize = base.dims()[axis + 1..].iter().product::<usize>().max(1);
+                    let s = g.size(stride)?;
+                    let c = if axis == 0 {
+                        format!("({name}l / {s})")
+                    } else {
+                        let n = g.size(base.dims()[axis].max(1))?;
+                        format!("(({name}l / {s}) % {n})")
+                    };
+                    match d {
+                        DType::Bool => format!("({c} != 0u)"),
+                        _ => format!("{}({c})", vty(d)),
+                    }
+                }
+                Source::Random { dist, seed } => {
+                    let seed = *launch.seeds.get(seed as usize).ok_or_else(|| {
+                        crate::internal(format!("random input without seed {seed}"))
+                    })?;
+                    g.need("philox", "u32");
+                    let lo = g.word(seed as u32);
+                    let hi = g.word((seed >> 32) as u32);
+                    let b = format!("{name}b");
+                    let _ = writeln!(out, "    let {b} = k_philox({name}l, 0u, {lo}, {hi});");
+                    random_value(g, dist, d, &b)?
+                }
+                _ => return Err(crate::internal("a buffer input passed as virtual".into())),
+            }
+        }
+    })
+}
+
+fn random_value(g: &mut Gen<'_>, dist: Distribution, d: DType, b: &str) -> Result<String> {
+    let unit53 = |hi: &str, lo: &str| {
+        format!("(f64({b}.{hi}) * 2.3283064365386963e-10lf + f64({b}.{lo} >> 11u) * 1.1102230246251565e-16lf)")
+    };
+    Ok(match (dist, d) {
+        (Distribution::Uniform, DType::F32) => format!("k_uniform_f32({b})"),
+        (Distribution::Normal, DType::F32) if !g.caps.f64 => {
+            // No f64 on this adapter: the same Box–Muller transform in f32.
+            g.need("log", "f32");
+            g.need("sincos", "f32");
+            format!(
+                "(sqrt(-2.0 * k_log_f32(1.0 - f32({b}.x >> 8u) * (1.0 / 16777216.0))) * k_cos_f32(6.283185307179586 * f32({b}.z >> 8u) * (1.0 / 16777216.0)))"
+            )
+        }
+        (Distribution::Uniform, _) => {
+            g.check(DType::F64)?;
+            format!("{}({})", vty(d), unit53("x", "y"))
+        }
+        (Distribution::Normal, _) => {
+            g.check(DType::F64)?;
+            g.need("log", "f64");
+            g.need("sincos", "f64");
+            format!(
+                "{}(sqrt(-2.0lf * k_log_f64(1.0lf - {})) * k_cos_f64(6.283185307179586lf * {}))",
+                vty(d),
+                unit53("x", "y"),
+                unit53("z", "w")
+            )
+        }
+    })
+}
+
+/// The space's coordinates of the linear index `i` (only when some input needs them).
+fn space_coords(
+    g: &mut Gen<'_>,
+    out: &mut String,
+    kernel: &Kernel,
+    space: &[usize],
+    lin: &str,
+    prefix: &str,
+) -> Result<Vec<String>> {
+    g.coords(out, lin, &kernel.space, space, prefix)
+}
+
+/// Elementwise: one thread per position of the space.
+pub(crate) fn elementwise(
+    caps: &Capabilities,
+    kernel: &Kernel,
+    program: &Program,
+    launch: &Launch<'_>,
+    how: &[In],
+    out_dtypes: &[DType],
+) -> Result<Work> {
+    let mut g = Gen::new(caps, "wgpu elementwise kernel");
+    let n = launch.space.numel();
+    let mut body = String::from(MAIN_1D);
+    body.push_str("    let i = (wg.y * nwg.x + wg.x) * 256u + li;\n");
+    let nn = g.size(n)?;
+    let _ = writeln!(body, "    if (i >= {nn}) {{ return; }}");
+    for (j, &d) in out_dtypes.iter().enumerate() {
+        g.check(d)?;
+        g.output(j, d);
+    }
+    let needs_coords = kernel.inputs.iter().zip(how).any(|(inp, h)| match h {
+        In::Buffer => !identity_view(&inp.view, &kernel.space),
+        In::Virtual => true,
+        In::Output(_) => false,
+    });
+    let coords = if needs_coords {
+        space_coords(&mut g, &mut body, kernel, launch.space.dims(), "i", "c")?
+    } else {
+        Vec::new()
+    };
+    let mut loader = |g: &mut Gen<'_>, out: &mut String, x: u32| {
+        let x = x as usize;
+        let lin = match how[x] {
+            In::Output(_) => Some("i"),
+            In::Buffer if identity_view(&kernel.inputs[x].view, &kernel.space) => Some("i"),
+            _ => None,
+        };
+        load(g, out, kernel, launch, how, x, &coords, lin)
+    };
+    let results = emit_program(
+        &mut g,
+        &mut body,
+        program,
+        launch.scalars,
+        None,
+        "",
+        &mut loader,
+    )?;
+    for (j, r) in results.iter().enumerate() {
+        let _ = writeln!(body, "    o{j}[i] = {};", to_storage(out_dtypes[j], r));
+    }
+    body.push_str("}\n");
+    Ok(Work::one(finish(
+        g,
+        &body,
+        n.div_ceil(WG as usize) as u64,
+        None,
+    )))
+}
+
+fn identity(op: ReduceOp, d: DType) -> &'static str {
+    match (op, d) {
+        (ReduceOp::Sum, DType::Bool) => "0u",
+        (ReduceOp::Sum, _) => "0",
+        (ReduceOp::Prod, DType::Bool) => "1u",
+        (ReduceOp::Prod, _) => "1",
+        (ReduceOp::Max, DType::Bool) => "0u",
+        (ReduceOp::Min, DType::Bool) => "1u",
+        (ReduceOp::Max, DType::I32) => "(-2147483647 - 1)",
+        (ReduceOp::Min, DType::I32) => "2147483647",
+        (ReduceOp::Max, DType::I64) => "(-9223372036854775807li - 1li)",
+        (ReduceOp::Min, DType::I64) => "9223372036854775807li",
+        (ReduceOp::Max, DType::F32) => "-k_inf_f32()",
+        (ReduceOp::Min, DType::F32) => "k_inf_f32()",
+        (ReduceOp::Max, DType::F64) => "-k_inf_f64()",
+        (ReduceOp::Min, DType::F64) => "k_inf_f64()",
+    }
+}
+
+/// `combine(a, b)` of storage values.
+fn combine(g: &mut Gen<'_>, op: ReduceOp, d: DType, a: &str, b: &str) -> String {
+    match op {
+        ReduceOp::Sum => format!("({a} + {b})"),
+        ReduceOp::Prod => format!("({a} * {b})"),
+        ReduceOp::Max | ReduceOp::Min => {
+            let f = if op == ReduceOp::Max { "max" } else { "min" };
+            if d.is_float() {
+                let t = vty(d);
+                g.need("consts", t);
+                format!("select({f}({a}, {b}), {a} + {b}, k_isnan_{t}({a}) || k_isnan_{t}({b}))")
+            } else {
+                format!("{f}({a}, {b})")
+            }
+        }
+    }
+}
+
+/// Splits the space's axes into kept and reduced.
+fn split_axes(rank: usize, reduced: &[usize]) -> (Vec<usize>, Vec<usize>) {
+    let kept = (0..rank).filter(|a| !reduced.contains(a)).collect();
+    (kept, reduced.to_vec())
+}
+
+/// Emits the coordinates of output `o` (kept axes) and reduced position `r` as one list over
+/// the space's axes.
+#[allow(clippy::too_many_arguments)]
+fn reduce_coords(
+    g: &mut Gen<'_>,
+    out: &mut String,
+    kernel: &Kernel,
+    space: &[usize],
+    kept: &[usize],
+    red: &[usize],
+    kept_names: &mut Vec<String>,
+    phase: u8,
+) -> Result<Vec<String>> {
+    let sub = |axes: &[usize]| -> (Vec<Dim>, Vec<usize>) {
+        (
+            axes.iter().map(|&a| kernel.space[a]).collect(),
+            axes.iter().map(|&a| space[a]).collect(),
+        )
+    };
+    if phase == 0 {
+        let (s, d) = sub(kept);
+        *kept_names = g.coords(out, "o", &s, &d, "ck")?;
+        return Ok(Vec::new());
+    }
+    let (s, d) = sub(red);
+    let rn = g.coords(out, "r", &s, &d, "cr")?;
+    let mut all = vec![String::from("0u"); space.len()];
+    for (n, &a) in kept.iter().enumerate() {
+        all[a] = kept_names[n].clone();
+    }
+    for (n, &a) in red.iter().enumerate() {
+        all[a] = rn[n].clone();
+    }
+    Ok(all)
+}
+
+/// Sum/prod/max/min over axes: a workgroup per (output, chunk), tree in shared memory, and
+/// further passes over the partials while there is more than one chunk.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn reduce(
+    caps: &Capabilities,
+    kernel: &Kernel,
+    program: &Program,
+    op: ReduceOp,
+    axes: &[usize],
+    launch: &Launch<'_>,
+    how: &[In],
+    out_dtype: DType,
+) -> Result<Work> {
+    let space = launch.space.dims();
+    let (kept, red) = split_axes(space.len(), axes);
+    let n_out: usize = kept.iter().map(|&a| space[a]).product();
+    let r_len: usize = red.iter().map(|&a| space[a]).product();
+    let chunks = r_len.div_ceil(CHUNK).max(1);
+    let mut work = Work {
+        dispatches: Vec::new(),
+        extras: Vec::new(),
+        index_check: (0, 0),
+    };
+    // Pass 1: the prologue over the space.
+    let mut g = Gen::new(caps, "wgpu reduce kernel");
+    g.check(out_dtype)?;
+    let st = sty(out_dtype);
+    let _ = writeln!(g.globals, "var<workgroup> ksh: array<{st}, 256>;");
+    let mut body = String::from(MAIN_1D);
+    let nout = g.size(n_out)?;
+    let rl = g.size(r_len)?;
+    let gch = g.size(chunks)?;
+    let _ = writeln!(body, "    let wid = wg.y * nwg.x + wg.x;");
+    let _ = writeln!(body, "    let o = wid / {gch};");
+    let _ = writeln!(body, "    let gi = wid % {gch};");
+    let _ = writeln!(body, "    let kact = o < {nout};");
+    let id = identity(op, out_dtype);
+    let _ = writeln!(body, "    var acc: {st} = {st}({id});");
+    let _ = writeln!(body, "    if (kact) {{");
+    let mut kept_names = Vec::new();
+    reduce_coords(
+        &mut g,
+        &mut body,
+        kernel,
+        space,
+        &kept,
+        &red,
+        &mut kept_names,
+        0,
+    )?;
+    let _ = writeln!(body, "    let rend = min((gi + 1u) * {CHUNK}u, {rl});");
+    let _ = writeln!(
+        body,
+        "    for (var r = gi * {CHUNK}u + li; r < rend; r = r + 256u) {{"
+    );
+    let coords = reduce_coords(
+        &mut g,
+        &mut body,
+        kernel,
+        space,
+        &kept,
+        &red,
+        &mut kept_names,
+        1,
+    )?;
+    let mut loader = |g: &mut Gen<'_>, out: &mut String, x: u32| {
+        load(g, out, kernel, launch, how, x as usize, &coords, None)
+    };
+    let res = emit_program(
+        &mut g,
+        &mut body,
+        program,
+        launch.scalars,
+        None,
+        "",
+        &mut loader,
+    )?;
+    let v = to_storage(out_dtype, &res[0]);
+    let c = combine(&mut g, op, out_dtype, "acc", &v);
+    let _ = writeln!(body, "    acc = {c};");
+    body.push_str("    }\n    }\n");
+    tree_tail(&mut g, &mut body, op, out_dtype, "o * {G} + gi", chunks > 1)?;
+    let target = if chunks > 1 {
+        work.extras.push((out_dtype, n_out * chunks));
+        g.bind(
+            Bind::Extra(0),
+            format!("var<storage, read_write> kpart0: array<{st}>"),
+        );
+        "kpart0"
+    } else {
+        g.output(0, out_dtype);
+        "o0"
+    };
+    let body = body.replace("{OUT}", target).replace("{G}", &gch);
+    let groups = (n_out * chunks) as u64;
+    work.dispatches.push(finish(g, &body, groups, None));
+    // Further passes over contiguous [n_out, len] partials.
+    let mut len = chunks;
+    let mut src = 0usize;
+    while len > 1 {
+        let next = len.div_ceil(CHUNK);
+        let mut g = Gen::new(caps, "wgpu reduce kernel");
+        let _ = writeln!(g.globals, "var<workgroup> ksh: array<{st}, 256>;");
+        g.bind(
+            Bind::Extra(src),
+            format!("var<storage, read> kpart{src}: array<{st}>"),
+        );
+        let target = if next > 1 {
+            work.extras.push((out_dtype, n_out * next));
+            let t = work.extras.len() - 1;
+            g.bind(
+                Bind::Extra(t),
+                format!("var<storage, read_write> kpart{t}: array<{st}>"),
+            );
+            format!("kpart{t}")
+        } else {
+            g.output(0, out_dtype);
+            "o0".to_string()
+        };
+        let mut body = String::from(MAIN_1D);
+        let nout = g.size(n_out)?;
+        let l = g.size(len)?;
+        let gch = g.size(next)?;
+        let _ = writeln!(body, "    let wid = wg.y * nwg.x + wg.x;");
+        let _ = writeln!(body, "    let o = wid / {gch};");
+        let _ = writeln!(body, "    let gi = wid % {gch};");
+        let _ = writeln!(body, "    let kact = o < {nout};");
+        let _ = writeln!(body, "    var acc: {st} = {st}({id});");
+        let _ = writeln!(body, "    if (kact) {{");
+        let _ = writeln!(body, "    let rend = min((gi + 1u) * {CHUNK}u, {l});");
+        let _ = writeln!(
+            body,
+            "    for (var r = gi * {CHUNK}u + li; r < rend; r = r + 256u) {{"
+        );
+        let c = combine(
+            &mut g,
+            op,
+            out_dtype,
+            "acc",
+            &format!("kpart{src}[o * {l} + r]"),
+        );
+        let _ = writeln!(body, "    acc = {c};");
+        body.push_str("    }\n    }\n");
+        tree_tail(&mut g, &mut body, op, out_dtype, "o * {G} + gi", next > 1)?;
+        let body = body.replace("{OUT}", &target).replace("{G}", &gch);
+        work.dispatches
+            .push(finish(g, &body, (n_out * next) as u64, None));
+        src = work.extras.len() - 1;
+        len = next;
+    }
+    Ok(work)
+}
+
+/// The shared-memory tree and the store of `acc` (to `{OUT}` at `index`, or at `o`).
+fn tree_tail(
+    g: &mut Gen<'_>,
+    body: &mut String,
+    op: ReduceOp,
+    d: DType,
+    index: &str,
+    partial: bool,
+) -> Result<()> {
+    let c = combine(g, op, d, "ksh[li]", "ksh[li + s]");
+    let _ = writeln!(body, "    ksh[li] = acc;");
+    let _ = writeln!(body, "    workgroupBarrier();");
+    let _ = writeln!(body, "    for (var s = 128u; s > 0u; s = s >> 1u) {{");
+    let _ = writeln!(body, "        if (li < s) {{ ksh[li] = {c}; }}");
+    let _ = writeln!(body, "        workgroupBarrier();");
+    let _ = writeln!(body, "    }}");
+    let at = if partial { index } else { "o" };
+    let _ = writeln!(
+        body,
+        "    if (kact && li == 0u) {{ {{OUT}}[{at}] = ksh[0]; }}"
+    );
+    body.push_str("}\n");
+    Ok(())
+}
+
+/// Argmax/argmin along one axis: a workgroup per output, (value, index) pairs in shared
+/// memory; NaN is the extremum; ties and NaNs go to the lower index.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn arg_reduce(
+    caps: &Capabilities,
+    kernel: &Kernel,
+    program: &Program,
+    op: ArgReduceOp,
+    axis: usize,
+    launch: &Launch<'_>,
+    how: &[In],
+) -> Result<Work> {
+    let space = launch.space.dims();
+    let (kept, red) = split_axes(space.len(), &[axis]);
+    let n_out: usize = kept.iter().map(|&a| space[a]).product();
+    let mut g = Gen::new(caps, "wgpu argreduce kernel");
+    g.check(DType::I64)?;
+    let vd = program.insts[program.results[0] as usize].dtype;
+    g.check(vd)?;
+    let st = sty(vd);
+    let _ = writeln!(g.globals, "var<workgroup> kshv: array<{st}, 256>;");
+    let _ = writeln!(g.globals, "var<workgroup> kshi: array<u32, 256>;");
+    let nan = |x: &str| -> String {
+        if vd.is_float() {
+            format!("k_isnan_{}({x})", vty(vd))
+        } else {
+            "false".into()
+        }
+    };
+    if vd.is_float() {
+        g.need("consts", vty(vd));
+    }
+    let cmp = if op == ArgReduceOp::ArgMax { ">" } else { "<" };
+    // b beats a: a empty; or b NaN and a not; or neither NaN and b strictly better; or equal
+    // (or both NaN) and b earlier.
+    let _ = writeln!(
+        g.globals,
+        "fn k_better(av: {st}, ai: u32, bv: {st}, bi: u32) -> bool {{
+    if (bi == 0xffffffffu) {{ return false; }}
+    if (ai == 0xffffffffu) {{ return true; }}
+    let an = {an};
+    let bn = {bn};
+    if (an && !bn) {{ return false; }}
+    if (bn && !an) {{ return true; }}
+    if (an) {{ return bi < ai; }}
+    if (bv {cmp} av) {{ return true; }}
+    return bv == av && bi < ai;
+}}",
+        an = nan("av"),
+        bn = nan("bv"),
+    );
+    let mut body = String::from(MAIN_1D);
+    let nout = g.size(n_out)?;
+    let rl = g.size(space[axis])?;
+    let _ = writeln!(body, "    let o = wg.y * nwg.x + wg.x;");
+    let _ = writeln!(body, "    let kact = o < {nout};");
+    let _ = writeln!(body, "    var bv: {st};");
+    let _ = writeln!(body, "    var bi = 0xffffffffu;");
+    let _ = writeln!(body, "    if (kact) {{");
+    let mut kept_names = Vec::new();
+    reduce_coords(
+        &mut g,
+        &mut body,
+        kernel,
+        space,
+        &kept,
+        &red,
+        &mut kept_names,
+        0,
+    )?;
+    let _ = writeln!(body, "    for (var r = li; r < {rl}; r = r + 256u) {{");
+    let coords = reduce_coords(
+        &mut g,
+        &mut body,
+        kernel,
+        space,
+        &kept,
+        &red,
+        &mut kept_names,
+        1,
+    )?;
+    let mut loader = |g: &mut Gen<'_>, out: &mut String, x: u32| {
+        load(g, out, kernel, launch, how, x as usize, &coords, None)
+    };
+    let res = emit_program(
+        &mut g,
+        &mut body,
+        program,
+        launch.scalars,
+        None,
+        "",
+        &mut loader,
+    )?;
+    let v = to_storage(vd, &res[0]);
+    let _ = writeln!(body, "    let v = {v};");
+    let _ = writeln!(
+        body,
+        "    if (k_better(bv, bi, v, r)) {{ bv = v; bi = r; }}"
+    );
+    body.push_str("    }\n    }\n");
+    body.push_str(
+        "    kshv[li] = bv;
+    kshi[li] = bi;
+    workgroupBarrier();
+    for (var s = 128u; s > 0u; s = s >> 1u) {
+        if (li < s && k_better(kshv[li], kshi[li], kshv[li + s], kshi[li + s])) {
+            kshv[li] = kshv[li + s];
+            kshi[li] = kshi[li + s];
+        }
+        workgroupBarrier();
+    }
+    if (kact && li == 0u) { o0[o] = select(i64(kshi[0]), 0li, kshi[0] == 0xffffffffu); }
+}
+",
+    );
+    g.output(0, DType::I64);
+    Ok(Work::one(finish(g, &body, n_out as u64, None)))
+}
+
+/// Batched matmul with an optional fused epilogue.
+pub(crate) fn matmul(
+    caps: &Capabilities,
+    kernel: &Kernel,
+    epilogue: Option<&Program>,
+    launch: &Launch<'_>,
+    how: &[In],
+    out_dtype: DType,
+) -> Result<Work> {
+    let mut g = Gen::new(caps, "wgpu matmul kernel");
+    let space = launch.space.dims();
+    let r = space.len();
+    let (m, n) = (space[r - 2], space[r - 1]);
+    let (va, vb) = (&launch.views[0], &launch.views[1]);
+    let k = va.shape.dims()[va.shape.rank() - 1];
+    let ad = kernel.inputs[0].dtype;
+    g.check(ad)?;
+    g.check(out_dtype)?;
+    let t = vty(ad);
+    let batch: usize = space[..r - 2].iter().product();
+    if batch > caps.max_groups_per_dim as usize {
+        return Err(crate::too_large(
+            "matmul",
+            format!(
+                "{batch} batch matrices exceed the adapter's {} workgroups per dimension",
+                caps.max_groups_per_dim
+            ),
+        ));
+    }
+    g.input(0, ad);
+    g.input(1, ad);
+    g.output(0, out_dtype);
+    let _ = writeln!(g.globals, "var<workgroup> kta: array<{t}, 1024>;");
+    let _ = writeln!(g.globals, "var<workgroup> ktb: array<{t}, 1024>;");
+    let mut body = String::from(
+        "@compute @workgroup_size(16, 16)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+",
+    );
+    let (mm, nn, kk) = (g.size(m)?, g.size(n)?, g.size(k)?);
+    // Batch coordinates and the operands' batch offsets.
+    let bsym: Vec<Dim> = kernel.space[..r - 2].to_vec();
+    let bc = g.coords(&mut body, "wg.z", &bsym, &space[..r - 2], "cb")?;
+    let batch_off = |g: &mut Gen<'_>, v: &Strided| -> Result<String> {
+        let mut e = g.signed(v.offset)?;
+        for (i, c) in bc.iter().enumerate() {
+            if c != "0u" {
+                let s = g.signed(v.strides[i])?;
+                e = format!("{e} + bitcast<i32>({c}) * {s}");
+            }
+        }
+        Ok(e)
+    };
+    let ra = va.shape.rank();
+    let rb = vb.shape.rank();
+    let aoff = batch_off(&mut g, va)?;
+    let boff = batch_off(&mut g, vb)?;
+    let (am, ak) = (g.signed(va.strides[ra - 2])?, g.signed(va.strides[ra - 1])?);
+    let (bk, bn) = (g.signed(vb.strides[rb - 2])?, g.signed(vb.strides[rb - 1])?);
+    let _ = writeln!(body, "    let abase = {aoff};");
+    let _ = writeln!(body, "    let bbase = {boff};");
+    let _ = writeln!(body, "    let row0 = wg.y * 64u;");
+    let _ = writeln!(body, "    let col0 = wg.x * 64u;");
+    let _ = writeln!(body, "    let tid = lid.y * 16u + lid.x;");
+    let _ = writeln!(body, "    var acc: array<{t}, 16>;");
+    let _ = writeln!(
+        body,
+        "    for (var q = 0u; q < 16u; q = q + 1u) {{ acc[q] = {t}(0); }}"
+    );
+    let _ = writeln!(body, "    for (var k0 = 0u; k0 < {kk}; k0 = k0 + 16u) {{");
+    // Load A[row0..+64, k0..+16] (1024 elements, 4 per thread) and B[k0..+16, col0..+64].
+    let _ = writeln!(
+        body,
+        "        for (var q = 0u; q < 4u; q = q + 1u) {{
+            let e = tid + q * 256u;
+            let ar = e / 16u;
+            let ac = e % 16u;
+            let gr = row0 + ar;
+            let gc = k0 + ac;
+            var va = {t}(0);
+            if (gr < {mm} && gc < {kk}) {{ va = {a}; }}
+            kta[ar * 16u + ac] = va;
+            let br = e / 64u;
+            let bcn = e % 64u;
+            let hr = k0 + br;
+            let hc = col0 + bcn;
+            var vb = {t}(0);
+            if (hr < {kk} && hc < {nn}) {{ vb = {b}; }}
+            ktb[br * 64u + bcn] = vb;
+        }}
+        workgroupBarrier();
+        for (var kq = 0u; kq < 16u; kq = kq + 1u) {{
+            var ar: array<{t}, 4>;
+            var br: array<{t}, 4>;
+            for (var q = 0u; q < 4u; q = q + 1u) {{
+                ar[q] = kta[(lid.y * 4u + q) * 16u + kq];
+                br[q] = ktb[kq * 64u + lid.x * 4u + q];
+            }}
+            for (var p = 0u; p < 4u; p = p + 1u) {{
+                for (var q = 0u; q < 4u; q = q + 1u) {{
+                    acc[p * 4u + q] = acc[p * 4u + q] + ar[p] * br[q];
+                }}
+            }}
+        }}
+        workgroupBarrier();
+    }}",
+        a = from_storage(
+            ad,
+            &format!("a0[u32(abase + bitcast<i32>(gr) * {am} + bitcast<i32>(gc) * {ak})]")
+        ),
+        b = from_storage(
+            ad,
+            &format!("a1[u32(bbase + bitcast<i32>(hr) * {bk} + bitcast<i32>(hc) * {bn})]")
+        ),
+    );
+    let _ = writeln!(body, "    for (var p = 0u; p < 4u; p = p + 1u) {{");
+    let _ = writeln!(body, "    for (var q = 0u; q < 4u; q = q + 1u) {{");
+    let _ = writeln!(body, "    let row = row0 + lid.y * 4u + p;");
+    let _ = writeln!(body, "    let col = col0 + lid.x * 4u + q;");
+    let _ = writeln!(body, "    if (row < {mm} && col < {nn}) {{");
+    let _ = writeln!(body, "    let accv = acc[p * 4u + q];");
+    let _ = writeln!(body, "    let oi = (wg.z * {mm} + row) * {nn} + col;");
+    let value = match epilogue {
+        None => "accv".to_string(),
+        Some(p) => {
+            let mut coords: Vec<String> = bc.clone();
+            coords.push("row".into());
+            coords.push("col".into());
+            let mut loader = |g: &mut Gen<'_>, out: &mut String, x: u32| {
+                load(g, out, kernel, launch, how, x as usize, &coords, None)
+            };
+            let res = emit_program(
+                &mut g,
+                &mut body,
+                p,
+                launch.scalars,
+                Some("accv"),
+                "e",
+                &mut loader,
+            )?;
+            res[0].clone()
+        }
+    };
+    let _ = writeln!(body, "    o0[oi] = {};", to_storage(out_dtype, &value));
+    body.push_str("    }\n    }\n    }\n}\n");
+    let grid = [n.div_ceil(64) as u32, m.div_ceil(64) as u32, batch as u32];
+    if grid[0] > caps.max_groups_per_dim || grid[1] > caps.max_groups_per_dim {
+        return Err(crate::too_large(
+            "matmul",
+            format!(
+                "a {m}x{n} output needs more than {} tiles per dimension",
+                caps.max_groups_per_dim
+            ),
+        ));
+    }
+    Ok(Work::one(finish(g, &body, 0, Some(grid))))
+}
+
+/// Reads an integer index element of input 1 at coordinates `coords` as `i32`-range `i64`
+/// arithmetic; returns the statement prefix and the normalised-index variable name. Out of
+/// range indices raise `code` and read element 0.
+#[allow(clippy::too_many_arguments)]
+fn index_value(
+    g: &mut Gen<'_>,
+    body: &mut String,
+    launch: &Launch<'_>,
+    idx_dtype: DType,
+    coords: &[String],
+    size: &str,
+    code: u32,
+    name: &str,
+) -> Result<()> {
+    g.check(idx_dtype)?;
+    g.input(1, idx_dtype);
+    let off = g.offset(&launch.views[1], coords)?;
+    let t = vty(idx_dtype);
+    g.need("status", "u32");
+    g.need("words", t);
+    let _ = writeln!(body, "    let {name}raw = a1[{off}];");
+    let _ = writeln!(body, "    var {name}v = {name}raw;");
+    let _ = writeln!(
+        body,
+        "    if ({name}v < {t}(0)) {{ {name}v = {name}v + {t}({size}); }}"
+    );
+    let _ = writeln!(body, "    var {name} = 0u;");
+    let _ = writeln!(
+        body,
+        "    if ({name}v < {t}(0) || {name}v >= {t}({size})) {{ k_fail({code}u, k_words_{t}({name}raw)); }} else {{ {name} = u32({name}v); }}"
+    );
+    Ok(())
+}
+
+/// Gather along `axis`: one thread per output element.
+pub(crate) fn take(
+    caps: &Capabilities,
+    kernel: &Kernel,
+    axis: usize,
+    launch: &Launch<'_>,
+    out_dtype: DType,
+) -> Result<Work> {
+    let mut g = Gen::new(caps, "take");
+    let n = launch.space.numel();
+    let (tv, iv) = (&launch.views[0], &launch.views[1]);
+    let ri = iv.shape.rank();
+    let size = tv.shape.dims()[axis];
+    let mut body = String::from(MAIN_1D);
+    body.push_str("    let i = (wg.y * nwg.x + wg.x) * 256u + li;\n");
+    let nn = g.size(n)?;
+    let _ = writeln!(body, "    if (i >= {nn}) {{ return; }}");
+    let c = space_coords(&mut g, &mut body, kernel, launch.space.dims(), "i", "c")?;
+    let sz = g.size(size)?;
+    index_value(
+        &mut g,
+        &mut body,
+        launch,
+        kernel.inputs[1].dtype,
+        &c[axis..axis + ri],
+        &sz,
+        4,
+        "j",
+    )?;
+    let mut tc: Vec<String> = c[..axis].to_vec();
+    tc.push("j".into());
+    tc.extend_from_slice(&c[axis + ri..]);
+    g.check(out_dtype)?;
+    g.input(0, out_dtype);
+    g.output(0, out_dtype);
+    let off = g.offset(tv, &tc)?;
+    let _ = writeln!(body, "    o0[i] = a0[{off}];");
+    body.push_str("}\n");
+    let mut w = Work::one(finish(g, &body, n.div_ceil(WG as usize) as u64, None));
+    w.index_check = (axis, size);
+    Ok(w)
+}
+
+/// Scatter-add along `axis`: one thread per output element, summing the updates whose index
+/// matches in index order (deterministic; no atomics).
+pub(crate) fn scatter_add(
+    caps: &Capabilities,
+    kernel: &Kernel,
+    axis: usize,
+    launch: &Launch<'_>,
+    out_dtype: DType,
+) -> Result<Work> {
+    let mut g = Gen::new(caps, "scatter_add");
+    let n = launch.space.numel();
+    let (uv, iv) = (&launch.views[0], &launch.views[1]);
+    let ri = iv.shape.rank();
+    let size = launch.space.dims()[axis];
+    let p_len = iv.shape.numel();
+    let mut body = String::from(MAIN_1D);
+    body.push_str("    let i = (wg.y * nwg.x + wg.x) * 256u + li;\n");
+    let nn = g.size(n)?;
+    let _ = writeln!(body, "    if (i >= {nn}) {{ return; }}");
+    let c = space_coords(&mut g, &mut body, kernel, launch.space.dims(), "i", "c")?;
+    let t = vty(out_dtype);
+    g.check(out_dtype)?;
+    let _ = writeln!(body, "    var acc = {t}(0);");
+    let pl = g.size(p_len)?;
+    let _ = writeln!(body, "    for (var p = 0u; p < {pl}; p = p + 1u) {{");
+    let isym: Vec<Dim> = kernel.inputs[1].view.shape().to_vec();
+    let pc = g.coords(&mut body, "p", &isym, iv.shape.dims(), "cp")?;
+    let sz = g.size(size)?;
+    index_value(
+        &mut g,
+        &mut body,
+        launch,
+        kernel.inputs[1].dtype,
+        &pc,
+        &sz,
+        5,
+        "j",
+    )?;
+    let mut uc: Vec<String> = c[..axis].to_vec();
+    uc.extend_from_slice(&pc);
+    uc.extend_from_slice(&c[axis + 1..]);
+    g.input(0, out_dtype);
+    let off = g.offset(uv, &uc)?;
+    let _ = writeln!(
+        body,
+        "    if (j == {}) {{ acc = acc + a0[{off}]; }}",
+        c[axis]
+    );
+    body.push_str("    }\n");
+    g.output(0, out_dtype);
+    let _ = writeln!(body, "    o0[i] = acc;");
+    body.push_str("}\n");
+    let _ = ri;
+    let mut w = Work::one(finish(g, &body, n.div_ceil(WG as usize) as u64, None));
+    w.index_check = (axis, size);
+    Ok(w)
+}
+
+/// Top-k along the last axis: one thread per row, k selection scans (k is small).
+pub(crate) fn top_k(
+    caps: &Capabilities,
+    kernel: &Kernel,
+    k: usize,
+    indices: &[bool],
+    launch: &Launch<'_>,
+) -> Result<Work> {
+    let mut g = Gen::new(caps, "top_k");
+    let view = &launch.views[0];
+    let r = view.shape.rank();
+    let n = view.shape.dims()[r - 1];
+    let rows: usize = view.shape.dims()[..r - 1].iter().product();
+    let d = kernel.inputs[0].dtype;
+    g.check(d)?;
+    g.input(0, d);
+    let st = sty(d);
+    let mut body = String::from(MAIN_1D);
+    body.push_str("    let row = (wg.y * nwg.x + wg.x) * 256u + li;\n");
+    let nr = g.size(rows)?;
+    let _ = writeln!(body, "    if (row >= {nr}) {{ return; }}");
+    let rsym: Vec<Dim> = kernel.inputs[0].view.shape()[..r - 1].to_vec();
+    let mut rc = g.coords(&mut body, "row", &rsym, &view.shape.dims()[..r - 1], "cr")?;
+    rc.push("jj".into());
+    let nn = g.size(n)?;
+    let kk = g.size(k)?;
+    let off = g.offset(view, &rc)?;
+    let nan = |x: &str| {
+        if d.is_float() {
+            format!("k_isnan_{}({x})", vty(d))
+        } else {
+            "false".into()
+        }
+    };
+    if d.is_float() {
+        g.need("consts", vty(d));
+    }
+    // `before(a, b)`: a comes before b in the output order (NaN largest, ties lower index).
+    let _ = writeln!(
+        g.globals,
+        "fn k_before(av: {st}, ai: u32, bv: {st}, bi: u32) -> bool {{
+    let an = {an};
+    let bn = {bn};
+    if (an && !bn) {{ return true; }}
+    if (bn && !an) {{ return false; }}
+    if (an) {{ return ai < bi; }}
+    if (av > bv) {{ return true; }}
+    return av == bv && ai < bi;
+}}",
+        an = nan("av"),
+        bn = nan("bv")
+    );
+    let _ = writeln!(body, "    var pv: {st};");
+    let _ = writeln!(body, "    var pi = 0xffffffffu;");
+    let _ = writeln!(body, "    for (var t = 0u; t < {kk}; t = t + 1u) {{");
+    let _ = writeln!(body, "        var bv: {st};");
+    let _ = writeln!(body, "        var bi = 0xffffffffu;");
+    let _ = writeln!(
+        body,
+        "        for (var jj = 0u; jj < {nn}; jj = jj + 1u) {{"
+    );
+    let _ = writeln!(body, "            let v = a0[{off}];");
+    let _ = writeln!(
+        body,
+        "            if ((pi == 0xffffffffu || k_before(pv, pi, v, jj)) && (bi == 0xffffffffu || k_before(v, jj, bv, bi))) {{ bv = v; bi = jj; }}"
+    );
+    let _ = writeln!(body, "        }}");
+    let _ = writeln!(body, "        pv = bv;");
+    let _ = writeln!(body, "        pi = bi;");
+    for (j, &is_idx) in indices.iter().enumerate() {
+        if is_idx {
+            g.check(DType::I64)?;
+            g.output(j, DType::I64);
+            let _ = writeln!(body, "        o{j}[row * {kk} + t] = i64(bi);");
+        } else {
+            g.output(j, d);
+            let _ = writeln!(body, "        o{j}[row * {kk} + t] = bv;");
+        }
+    }
+    body.push_str("    }\n}\n");
+    Ok(Work::one(finish(
+        g,
+        &body,
+        rows.div_ceil(WG as usize) as u64,
+        None,
+    )))
+}
+
+/// Concatenation: one dispatch per input, each copying its elements into their place.
+pub(crate) fn concat(
+    caps: &Capabilities,
+    kernel: &Kernel,
+    axis: usize,
+    launch: &Launch<'_>,
+    out_dtype: DType,
+) -> Result<Vec<(usize, Dispatch)>> {
+    let out_strides = launch.space.strides();
+    let mut at = 0usize;
+    let mut out = Vec::new();
+    for (x, view) in launch.views.iter().enumerate() {
+        let mut g = Gen::new(caps, "concat");
+        g.check(out_dtype)?;
+        let n = view.shape.numel();
+        let len = view.shape.dims()[axis];
+        if n > 0 {
+            let mut body = String::from(MAIN_1D);
+            body.push_str("    let i = (wg.y * nwg.x + wg.x) * 256u + li;\n");
+            let nn = g.size(n)?;
+            let _ = writeln!(body, "    if (i >= {nn}) {{ return; }}");
+            let sym: Vec<Dim> = kernel.inputs[x].view.shape().to_vec();
+            let c = g.coords(&mut body, "i", &sym, view.shape.dims(), "c")?;
+            g.input(0, out_dtype);
+            g.output(0, out_dtype);
+            let off = g.offset(view, &c)?;
+            let mut oi = String::from("0u");
+            for (k, ck) in c.iter().enumerate() {
+                if kernel.space[k] == Dim::Const(1) {
+                    continue;
+                }
+                let s = g.size(out_strides[k])?;
+                let ck = if k == axis {
+                    let a = g.size(at)?;
+                    format!("({ck} + {a})")
+                } else {
+                    ck.clone()
+                };
+                oi = format!("{oi} + {ck} * {s}");
+            }
+            let _ = writeln!(body, "    o0[{oi}] = a0[{off}];");
+            body.push_str("}\n");
+            out.push((x, finish(g, &body, n.div_ceil(WG as usize) as u64, None)));
+        }
+        at += len;
+    }
+    Ok(out)
+}

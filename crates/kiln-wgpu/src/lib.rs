@@ -1,0 +1,654 @@
+//! # kiln-wgpu
+//!
+//! The GPU backend: [`WgpuBackend`] implements [`kiln_compiler::Backend`] with WGSL compute
+//! shaders generated from the plan's fused kernels and run through `wgpu` (Vulkan, Metal,
+//! DX12, GL).
+//!
+//! * **Code generation** ([`codegen`], [`kernels`]): one shader per kernel *structure* —
+//!   sizes, strides, offsets and scalar values travel in a small per-launch word table
+//!   (`kmeta`), so a new batch size or learning rate reuses the compiled pipeline, as the
+//!   graph cache reuses plans. Pipelines are cached by their WGSL text ([`PipelineStats`]).
+//! * **Buffers** ([`GpuBuffer`]) come from a pool by size class (bounded in bytes,
+//!   [`PoolStats`]); `bool` is stored as `u32`. The compiler's in-place writes never bind one
+//!   buffer twice: an elementwise kernel reads an aliased input through its own output
+//!   binding, other kernels get a copy.
+//! * **Submission** is asynchronous: `launch` records and submits work without waiting; only
+//!   `download` (the user asking for values) maps memory and waits. Value errors raised inside
+//!   kernels (an index out of range, integer division by zero) are written to per-launch
+//!   status words that each result buffer carries forward and that `download` reads, so the
+//!   same `kiln_ir::Error` as on the CPU surfaces without a synchronisation per kernel.
+//! * **Limits**: more than 65,535 workgroups fold into a 2-D grid; a kernel binding more
+//!   storage buffers than the adapter allows, a buffer over its binding size, or `f64`/`i64`
+//!   without `SHADER_F64`/`SHADER_INT64` is a clear error naming the op and the limit.
+//!
+//! Semantics are the oracle's (`kiln-reference`) with the per-op tolerances documented in
+//! [`wgsl_math`]. Depends on `kiln-ir`, `kiln-compiler`, `wgpu`, `pollster`.
+//!
+//! ```no_run
+//! # // Needs a GPU adapter (or Mesa's software Vulkan driver).
+//! use kiln_compiler::Engine;
+//! use kiln_ir::{build, HostData, Shape};
+//! let gpu = kiln_wgpu::WgpuBackend::new()?;
+//! let engine = Engine::new(gpu, 64);
+//! let x = build::data(HostData::from(vec![1.0f32, 2.0, 3.0]), Shape::from([3]))?;
+//! let y = build::unary(kiln_ir::UnaryOp::Exp, &x)?;
+//! let out = engine.evaluate(&[&y])?;
+//! assert_eq!(out[0].len(), 3);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![warn(missing_docs)]
+
+mod buffer;
+pub mod codegen;
+mod device;
+pub mod kernels;
+pub mod wgsl_math;
+
+pub use buffer::{GpuBuffer, PoolStats};
+pub use device::{Capabilities, InitError};
+
+use buffer::{elem_bytes, Check, Pool, STATUS_WORDS};
+use codegen::Bind;
+use kernels::{Dispatch, In, Work};
+use kiln_compiler::{Arg, Backend, Kernel, KernelKind, Launch};
+use kiln_ir::{DType, Error, HostData, Result};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use wgpu::util::DeviceExt;
+
+/// Default bound of the buffer pool: 1 GiB.
+pub const DEFAULT_POOL_BYTES: u64 = 1 << 30;
+
+pub(crate) fn internal(message: String) -> Error {
+    Error::InvalidArgument {
+        op: "wgpu backend",
+        message,
+        hint: "this is a bug in kiln (the plan broke a backend contract); please report it".into(),
+    }
+}
+
+pub(crate) fn too_large(op: &'static str, message: String) -> Error {
+    Error::InvalidArgument {
+        op,
+        message,
+        hint: "the wgpu adapter's limits are exceeded: split the array, or evaluate on the CPU"
+            .into(),
+    }
+}
+
+/// Pipeline-cache counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PipelineStats {
+    /// Launches that found their pipeline compiled.
+    pub hits: u64,
+    /// Pipelines compiled.
+    pub misses: u64,
+    /// Pipelines held.
+    pub entries: usize,
+}
+
+/// The wgpu backend: one device and queue, a pipeline cache and a buffer pool.
+///
+/// ```no_run
+/// # // Needs a GPU adapter.
+/// let gpu = kiln_wgpu::WgpuBackend::new()?;
+/// println!("running on {}", gpu.capabilities().adapter);
+/// # Ok::<(), kiln_wgpu::InitError>(())
+/// ```
+pub struct WgpuBackend {
+    gpu: device::Gpu,
+    pipelines: Mutex<hashbrown::HashMap<String, wgpu::ComputePipeline>>,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    pool: Pool,
+}
+
+impl std::fmt::Debug for WgpuBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WgpuBackend")
+            .field("adapter", &self.gpu.caps.adapter)
+            .finish()
+    }
+}
+
+impl WgpuBackend {
+    /// Opens the adapter the environment selects (`WGPU_BACKEND=vulkan|gl|metal|dx12`,
+    /// `WGPU_POWER_PREF=high|low`).
+    ///
+    /// ```no_run
+    /// # // Needs a GPU adapter.
+    /// match kiln_wgpu::WgpuBackend::new() {
+    ///     Ok(gpu) => println!("{}", gpu.capabilities().adapter),
+    ///     Err(e) => eprintln!("no GPU: {e}"),
+    /// }
+    /// ```
+    pub fn new() -> std::result::Result<WgpuBackend, InitError> {
+        Ok(WgpuBackend {
+            gpu: device::open()?,
+            pipelines: Mutex::new(hashbrown::HashMap::new()),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            pool: Pool::new(DEFAULT_POOL_BYTES),
+        })
+    }
+
+    /// What the device supports.
+    ///
+    /// ```no_run
+    /// # // Needs a GPU adapter.
+    /// let gpu = kiln_wgpu::WgpuBackend::new().unwrap();
+    /// assert!(gpu.capabilities().max_bindings >= 4);
+    /// ```
+    pub fn capabilities(&self) -> &Capabilities {
+        &self.gpu.caps
+    }
+
+    /// Pipeline-cache counters.
+    ///
+    /// ```no_run
+    /// # // Needs a GPU adapter.
+    /// let gpu = kiln_wgpu::WgpuBackend::new().unwrap();
+    /// assert_eq!(gpu.pipeline_stats().entries, 0);
+    /// ```
+    pub fn pipeline_stats(&self) -> PipelineStats {
+        PipelineStats {
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            entries: self
+                .pipelines
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .len(),
+        }
+    }
+
+    /// Buffer-pool figures.
+    ///
+    /// ```no_run
+    /// # // Needs a GPU adapter.
+    /// let gpu = kiln_wgpu::WgpuBackend::new().unwrap();
+    /// assert_eq!(gpu.pool_stats().live, 0);
+    /// ```
+    pub fn pool_stats(&self) -> PoolStats {
+        self.pool.stats()
+    }
+
+    /// Sets the bound of the buffer pool (bytes); released buffers beyond it are freed.
+    ///
+    /// ```no_run
+    /// # // Needs a GPU adapter.
+    /// let gpu = kiln_wgpu::WgpuBackend::new().unwrap();
+    /// gpu.set_pool_limit(0); // no pooling
+    /// ```
+    pub fn set_pool_limit(&self, bytes: u64) {
+        self.pool.set_limit(bytes)
+    }
+
+    /// Waits until the device has finished all submitted work.
+    ///
+    /// ```no_run
+    /// # // Needs a GPU adapter.
+    /// kiln_wgpu::WgpuBackend::new().unwrap().synchronize();
+    /// ```
+    pub fn synchronize(&self) {
+        let _ = self.gpu.device.poll(wgpu::PollType::wait_indefinitely());
+    }
+
+    fn pipeline(&self, source: &str) -> Result<wgpu::ComputePipeline> {
+        if let Some(p) = self
+            .pipelines
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(source)
+        {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(p.clone());
+        }
+        let device = &self.gpu.device;
+        let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some("kiln kernel"),
+            source: wgpu::ShaderSource::Wgsl(source.into()),
+        });
+        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some("kiln kernel"),
+            layout: None,
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(internal(format!(
+                "the generated WGSL failed to compile: {e}\n{source}"
+            )));
+        }
+        self.misses.fetch_add(1, Ordering::Relaxed);
+        self.pipelines
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(source.to_string(), pipeline.clone());
+        Ok(pipeline)
+    }
+
+    fn new_buffer(&self, dtype: DType, len: usize) -> Result<GpuBuffer> {
+        let bytes = elem_bytes(dtype) * len as u64;
+        let caps = &self.gpu.caps;
+        if bytes > caps.max_binding_bytes.min(caps.max_buffer_bytes) {
+            return Err(too_large(
+                "wgpu allocate",
+                format!(
+                    "a buffer of {len} {dtype} elements ({bytes} bytes) exceeds the adapter's largest storage binding ({} bytes)",
+                    caps.max_binding_bytes.min(caps.max_buffer_bytes)
+                ),
+            ));
+        }
+        Ok(GpuBuffer {
+            buf: self.pool.take(&self.gpu.device, bytes),
+            dtype,
+            len,
+            checks: Vec::new(),
+        })
+    }
+
+    /// Runs the dispatches of one kernel; `bufs` resolves each binding.
+    fn submit(
+        &self,
+        work: &[(Dispatch, Vec<wgpu::BindingResource<'_>>)],
+        pre: &[(&wgpu::Buffer, &wgpu::Buffer, u64)],
+    ) {
+        let device = &self.gpu.device;
+        let mut enc = device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+            label: Some("kiln launch"),
+        });
+        for (src, dst, bytes) in pre {
+            enc.copy_buffer_to_buffer(src, 0, dst, 0, *bytes);
+        }
+        let pipelines: Vec<_> = work.iter().map(|(d, _)| self.pipeline(&d.source)).collect();
+        for ((d, res), p) in work.iter().zip(pipelines) {
+            let Ok(p) = p else { continue };
+            let entries: Vec<wgpu::BindGroupEntry<'_>> = res
+                .iter()
+                .enumerate()
+                .map(|(i, r)| wgpu::BindGroupEntry {
+                    binding: i as u32,
+                    resource: r.clone(),
+                })
+                .collect();
+            let bg = device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: None,
+                layout: &p.get_bind_group_layout(0),
+                entries: &entries,
+            });
+            let grid = d.grid.unwrap_or_else(|| {
+                let maxd = self.gpu.caps.max_groups_per_dim as u64;
+                let x = d.groups.min(maxd);
+                let y = d.groups.div_ceil(x.max(1));
+                [x as u32, y as u32, 1]
+            });
+            if grid.contains(&0) {
+                continue;
+            }
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: None,
+                timestamp_writes: None,
+            });
+            pass.set_pipeline(&p);
+            pass.set_bind_group(0, &bg, &[]);
+            pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
+        }
+        self.gpu.queue.submit([enc.finish()]);
+    }
+}
+
+impl Backend for WgpuBackend {
+    type Buffer = GpuBuffer;
+
+    fn name(&self) -> &'static str {
+        "wgpu"
+    }
+
+    fn allocate(&self, dtype: DType, len: usize) -> Result<GpuBuffer> {
+        self.new_buffer(dtype, len)
+    }
+
+    fn release(&self, buffer: GpuBuffer) {
+        self.pool.put(buffer.buf);
+    }
+
+    fn upload(&self, data: &HostData) -> Result<GpuBuffer> {
+        let b = self.new_buffer(data.dtype(), data.len())?;
+        if !data.is_empty() {
+            self.gpu
+                .queue
+                .write_buffer(&b.buf, 0, &buffer::host_bytes(data));
+        }
+        Ok(b)
+    }
+
+    fn download(&self, buffer: GpuBuffer, dtype: DType, len: usize) -> Result<HostData> {
+        if buffer.dtype != dtype || buffer.len < len {
+            let e = internal(format!(
+                "download of {len} {dtype} elements from a buffer of {} {}",
+                buffer.len, buffer.dtype
+            ));
+            self.release(buffer);
+            return Err(e);
+        }
+        let device = &self.gpu.device;
+        let bytes = elem_bytes(dtype) * len as u64;
+        let status_bytes = STATUS_WORDS * 4 * buffer.checks.len() as u64;
+        let staging = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("kiln readback"),
+            size: (bytes + status_bytes).max(4),
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut enc = device.create_command_encoder(&Default::default());
+        for (i, c) in buffer.checks.iter().enumerate() {
+            enc.copy_buffer_to_buffer(
+                &c.buf,
+                0,
+                &staging,
+                i as u64 * STATUS_WORDS * 4,
+                STATUS_WORDS * 4,
+            );
+        }
+        if bytes > 0 {
+            enc.copy_buffer_to_buffer(&buffer.buf, 0, &staging, status_bytes, bytes);
+        }
+        self.gpu.queue.submit([enc.finish()]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+        let waited = device.poll(wgpu::PollType::wait_indefinitely());
+        let mapped = rx.recv().ok().and_then(|r| r.ok());
+        let result = match (waited, mapped) {
+            (Ok(_), Some(())) => {
+                let view = match staging.slice(..).get_mapped_range() {
+                    Ok(v) => v,
+                    Err(e) => {
+                        self.release(buffer);
+                        return Err(internal(format!("readback mapping failed: {e}")));
+                    }
+                };
+                let words: Vec<u32> = view[..status_bytes as usize]
+                    .chunks_exact(4)
+                    .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect();
+                let err = buffer
+                    .checks
+                    .iter()
+                    .enumerate()
+                    .find_map(|(i, c)| c.error(&words[i * STATUS_WORDS as usize..]));
+                match err {
+                    Some(e) => Err(e),
+                    None => Ok(buffer::from_bytes(
+                        &view[status_bytes as usize..(status_bytes + bytes) as usize],
+                        dtype,
+                        len,
+                    )),
+                }
+            }
+            _ => Err(Error::InvalidArgument {
+                op: "wgpu download",
+                message: "the device was lost or the readback failed".into(),
+                hint: "check the driver; rerun with the CPU backend (KILN_DEVICE=cpu)".into(),
+            }),
+        };
+        drop(staging);
+        self.release(buffer);
+        result
+    }
+
+    fn launch(
+        &self,
+        kernel: &Kernel,
+        launch: &Launch<'_>,
+        inputs: &[Arg<'_, GpuBuffer>],
+        outputs: &mut [GpuBuffer],
+    ) -> Result<()> {
+        let caps = &self.gpu.caps;
+        let elementwise = matches!(kernel.kind, KernelKind::Elementwise { .. });
+        // Inputs written in place: elementwise kernels read them through the output binding;
+        // other kinds read a copy taken first.
+        let mut copies: Vec<(usize, GpuBuffer)> = Vec::new();
+        let how: Vec<In> = inputs
+            .iter()
+            .enumerate()
+            .map(|(x, a)| match a {
+                Arg::Buffer(_) => Ok(In::Buffer),
+                Arg::Virtual => Ok(In::Virtual),
+                Arg::Output(j) if elementwise => Ok(In::Output(*j)),
+                Arg::Output(j) => {
+                    let src = &outputs[*j];
+                    let copy = self.new_buffer(src.dtype, src.len)?;
+                    copies.push((x, copy));
+                    let _ = j;
+                    Ok(In::Buffer)
+                }
+            })
+            .collect::<Result<_>>()?;
+        let out_dtypes: Vec<DType> = outputs.iter().map(|o| o.dtype).collect();
+        let result = self.launch_inner(
+            kernel,
+            launch,
+            inputs,
+            outputs,
+            &how,
+            &out_dtypes,
+            &copies,
+            caps,
+        );
+        for (_, c) in copies {
+            self.pool.put(c.buf);
+        }
+        result
+    }
+}
+
+impl WgpuBackend {
+    #[allow(clippy::too_many_arguments)]
+    fn launch_inner(
+        &self,
+        kernel: &Kernel,
+        launch: &Launch<'_>,
+        inputs: &[Arg<'_, GpuBuffer>],
+        outputs: &mut [GpuBuffer],
+        how: &[In],
+        out_dtypes: &[DType],
+        copies: &[(usize, GpuBuffer)],
+        caps: &Capabilities,
+    ) -> Result<()> {
+        // Remap input bindings per dispatch (concat binds one input at a time as input 0).
+        let mut remap: Vec<Option<usize>> = Vec::new();
+        let (work, error_dtype) = match &kernel.kind {
+            KernelKind::Elementwise { program } => (
+                kernels::elementwise(caps, kernel, program, launch, how, out_dtypes)?,
+                program_int_dtype(program),
+            ),
+            KernelKind::Reduce { program, op, axes } => (
+                kernels::reduce(caps, kernel, program, *op, axes, launch, how, out_dtypes[0])?,
+                program_int_dtype(program),
+            ),
+            KernelKind::ArgReduce { program, op, axis } => (
+                kernels::arg_reduce(caps, kernel, program, *op, *axis, launch, how)?,
+                program_int_dtype(program),
+            ),
+            KernelKind::MatMul { epilogue } => (
+                kernels::matmul(caps, kernel, epilogue.as_ref(), launch, how, out_dtypes[0])?,
+                epilogue.as_ref().and_then(program_int_dtype),
+            ),
+            KernelKind::Take { axis } => (
+                kernels::take(caps, kernel, *axis, launch, out_dtypes[0])?,
+                None,
+            ),
+            KernelKind::ScatterAdd { axis } => (
+                kernels::scatter_add(caps, kernel, *axis, launch, out_dtypes[0])?,
+                None,
+            ),
+            KernelKind::TopK { k, indices } => {
+                (kernels::top_k(caps, kernel, *k, indices, launch)?, None)
+            }
+            KernelKind::Concat { axis } => {
+                let parts = kernels::concat(caps, kernel, *axis, launch, out_dtypes[0])?;
+                let mut w = Work {
+                    dispatches: Vec::new(),
+                    extras: Vec::new(),
+                    index_check: (0, 0),
+                };
+                for (x, d) in parts {
+                    remap.push(Some(x));
+                    w.dispatches.push(d);
+                }
+                (w, None)
+            }
+        };
+        let device = &self.gpu.device;
+        // Per-launch data.
+        let status = if work.dispatches.iter().any(|d| d.status) {
+            Some(device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("kiln status"),
+                size: STATUS_WORDS * 4,
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+                mapped_at_creation: false,
+            }))
+        } else {
+            None
+        };
+        let extras: Vec<GpuBuffer> = work
+            .extras
+            .iter()
+            .map(|&(d, n)| self.new_buffer(d, n))
+            .collect::<Result<_>>()?;
+        let metas: Vec<wgpu::Buffer> = work
+            .dispatches
+            .iter()
+            .map(|d| {
+                let mut bytes: Vec<u8> = d.meta.iter().flat_map(|w| w.to_le_bytes()).collect();
+                if bytes.is_empty() {
+                    bytes.extend_from_slice(&[0; 4]);
+                }
+                device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                    label: Some("kiln meta"),
+                    contents: &bytes,
+                    usage: wgpu::BufferUsages::STORAGE,
+                })
+            })
+            .collect();
+        let f64s: Vec<Option<wgpu::Buffer>> = work
+            .dispatches
+            .iter()
+            .map(|d| {
+                (!d.f64s.is_empty()).then(|| {
+                    let bytes: Vec<u8> = d.f64s.iter().flat_map(|v| v.to_le_bytes()).collect();
+                    device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                        label: Some("kiln f64 scalars"),
+                        contents: &bytes,
+                        usage: wgpu::BufferUsages::STORAGE,
+                    })
+                })
+            })
+            .collect();
+        let input_buf = |x: usize| -> Result<&wgpu::Buffer> {
+            if let Some((_, c)) = copies.iter().find(|(i, _)| *i == x) {
+                return Ok(&c.buf);
+            }
+            match &inputs[x] {
+                Arg::Buffer(b) => Ok(&b.buf),
+                _ => Err(internal(format!("input {x} has no buffer"))),
+            }
+        };
+        let mut bound = Vec::with_capacity(work.dispatches.len());
+        for (di, d) in work.dispatches.into_iter().enumerate() {
+            if d.binds.len() + 1 > caps.max_bindings as usize {
+                return Err(too_large(
+                    "wgpu kernel",
+                    format!(
+                        "a fused kernel needs {} storage buffers but the adapter allows {} per kernel",
+                        d.binds.len() + 1,
+                        caps.max_bindings
+                    ),
+                ));
+            }
+            let mut res: Vec<wgpu::BindingResource<'_>> = vec![metas[di].as_entire_binding()];
+            for b in &d.binds {
+                let buf: &wgpu::Buffer = match *b {
+                    Bind::Input(x) => {
+                        let x = remap.get(di).copied().flatten().unwrap_or(x);
+                        input_buf(x)?
+                    }
+                    Bind::Output(j) => &outputs[j].buf,
+                    Bind::F64s => f64s[di]
+                        .as_ref()
+                        .ok_or_else(|| internal("f64 table missing".into()))?,
+                    Bind::Status => status
+                        .as_ref()
+                        .ok_or_else(|| internal("status missing".into()))?,
+                    Bind::Extra(i) => &extras[i].buf,
+                };
+                res.push(buf.as_entire_binding());
+            }
+            bound.push((d, res));
+        }
+        let pre: Vec<(&wgpu::Buffer, &wgpu::Buffer, u64)> = copies
+            .iter()
+            .filter_map(|(x, c)| {
+                let j = match inputs[*x] {
+                    Arg::Output(j) => j,
+                    _ => return None,
+                };
+                Some((&outputs[j].buf, &c.buf, elem_bytes(c.dtype) * c.len as u64))
+            })
+            .collect();
+        // Compile first so a shader error is reported, not skipped.
+        for (d, _) in &bound {
+            self.pipeline(&d.source)?;
+        }
+        self.submit(&bound, &pre);
+        drop(bound);
+        for e in extras {
+            self.pool.put(e.buf);
+        }
+        // Error lineage: every output depends on the inputs' checks and this launch's.
+        let mut checks: Vec<Arc<Check>> = Vec::new();
+        for a in inputs {
+            let from = match a {
+                Arg::Buffer(b) => &b.checks,
+                // Written in place: the input's value (and its checks) is the output's.
+                Arg::Output(j) => &outputs[*j].checks,
+                Arg::Virtual => continue,
+            };
+            for c in from {
+                if !checks.iter().any(|x| Arc::ptr_eq(x, c)) {
+                    checks.push(c.clone());
+                }
+            }
+        }
+        if let Some(buf) = status {
+            checks.push(Arc::new(Check {
+                buf,
+                dtype: error_dtype.unwrap_or(DType::I64),
+                axis: work.index_check.0,
+                size: work.index_check.1,
+            }));
+        }
+        for o in outputs.iter_mut() {
+            o.checks = checks.clone();
+        }
+        Ok(())
+    }
+}
+
+/// The integer dtype a program's division/power errors would name.
+fn program_int_dtype(p: &kiln_compiler::Program) -> Option<DType> {
+    use kiln_compiler::InstOp;
+    p.insts.iter().find_map(|i| match i.op {
+        InstOp::Binary(_, a, _) => {
+            let d = p.insts[a as usize].dtype;
+            (d == DType::I32 || d == DType::I64).then_some(d)
+        }
+        _ => None,
+    })
+}
