@@ -263,7 +263,8 @@ impl<'c> Gen<'c> {
                 let i = v.as_i64();
                 let lo = self.word(i as u32);
                 let hi = self.word((i >> 32) as u32);
-                format!("((i64(bitcast<i32>({hi})) << 32u) | (i64({lo}) & 0xffffffffli))")
+                self.need("ext", "u32");
+                format!("((k_i2l(bitcast<i32>({hi})) << 32u) | k_u2l({lo}))")
             }
             DType::F64 => {
                 self.f64s.push(v.as_f64());
@@ -497,6 +498,10 @@ fn cast(g: &mut Gen<'_>, from: DType, to: DType, x: &str) -> String {
         (f, DType::I64) if f.is_float() => {
             g.need("f2i64", ft);
             format!("k_f2i64_{ft}({x})")
+        }
+        (DType::I32, DType::I64) => {
+            g.need("ext", "u32");
+            format!("k_i2l({x})")
         }
         _ => format!("{tt}({x})"),
     }

@@ -123,6 +123,10 @@ fn load(
                     };
                     match d {
                         DType::Bool => format!("({c} != 0u)"),
+                        DType::I64 => {
+                            g.need("ext", "u32");
+                            format!("k_u2l({c})")
+                        }
                         _ => format!("{}({c})", vty(d)),
                     }
                 }
@@ -520,6 +524,7 @@ pub(crate) fn arg_reduce(
     let n_out: usize = kept.iter().map(|&a| space[a]).product();
     let mut g = Gen::new(caps, "wgpu argreduce kernel");
     g.check(DType::I64)?;
+    g.need("ext", "u32");
     let vd = program.insts[program.results[0] as usize].dtype;
     g.check(vd)?;
     let st = sty(vd);
@@ -614,7 +619,7 @@ pub(crate) fn arg_reduce(
         }
         workgroupBarrier();
     }
-    if (kact && li == 0u) { o0[o] = select(i64(kshi[0]), 0li, kshi[0] == 0xffffffffu); }
+    if (kact && li == 0u) { o0[o] = select(k_u2l(kshi[0]), 0li, kshi[0] == 0xffffffffu); }
 }
 ",
     );
@@ -800,16 +805,22 @@ fn index_value(
     let t = vty(idx_dtype);
     g.need("status", "u32");
     g.need("words", t);
+    let sizev = if idx_dtype == DType::I64 {
+        g.need("ext", "u32");
+        format!("k_u2l({size})")
+    } else {
+        format!("i32({size})")
+    };
     let _ = writeln!(body, "    let {name}raw = a1[{off}];");
     let _ = writeln!(body, "    var {name}v = {name}raw;");
     let _ = writeln!(
         body,
-        "    if ({name}v < {t}(0)) {{ {name}v = {name}v + {t}({size}); }}"
+        "    if ({name}v < {t}(0)) {{ {name}v = {name}v + {sizev}; }}"
     );
     let _ = writeln!(body, "    var {name} = 0u;");
     let _ = writeln!(
         body,
-        "    if ({name}v < {t}(0) || {name}v >= {t}({size})) {{ k_fail({code}u, k_words_{t}({name}raw)); }} else {{ {name} = u32({name}v); }}"
+        "    if ({name}v < {t}(0) || {name}v >= {sizev}) {{ k_fail({code}u, k_words_{t}({name}raw)); }} else {{ {name} = u32({name}v); }}"
     );
     Ok(())
 }
@@ -988,7 +999,8 @@ pub(crate) fn top_k(
         if is_idx {
             g.check(DType::I64)?;
             g.output(j, DType::I64);
-            let _ = writeln!(body, "        o{j}[row * {kk} + t] = i64(bi);");
+            g.need("ext", "u32");
+            let _ = writeln!(body, "        o{j}[row * {kk} + t] = k_u2l(bi);");
         } else {
             g.output(j, d);
             let _ = writeln!(body, "        o{j}[row * {kk} + t] = bv;");

@@ -204,6 +204,9 @@ impl WgpuBackend {
             self.hits.fetch_add(1, Ordering::Relaxed);
             return Ok(p.clone());
         }
+        if std::env::var_os("KILN_WGPU_DUMP").is_some() {
+            eprintln!("kiln-wgpu: new pipeline\n{source}");
+        }
         let device = &self.gpu.device;
         let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
@@ -377,6 +380,12 @@ impl Backend for WgpuBackend {
                     .chunks_exact(4)
                     .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
                     .collect();
+                if std::env::var_os("KILN_WGPU_DUMP").is_some() {
+                    eprintln!(
+                        "kiln-wgpu: download with {} checks: {words:?}",
+                        buffer.checks.len()
+                    );
+                }
                 let err = buffer
                     .checks
                     .iter()

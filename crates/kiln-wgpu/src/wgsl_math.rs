@@ -38,6 +38,7 @@ pub(crate) fn helper(name: &str, ty: &str) -> String {
         "words" if ty == "i64" => WORDS_I64,
         "words" => WORDS_I32,
         "philox" => PHILOX,
+        "ext" => EXT,
         "status" => STATUS,
         other => panic!("unknown WGSL helper {other}"),
     };
@@ -430,6 +431,13 @@ fn k_f2i64_T(x: T) -> i64 {
     if (x <= T(-9223372036854775808.0)) { return -9223372036854775807li - 1li; }
     return i64(x);
 }
+";
+
+// 32-to-64-bit integer conversions from non-negative 16-bit halves only: some drivers
+// (lavapipe) sign- or zero-extend `i64(x)` inconsistently depending on the context.
+const EXT: &str = "
+fn k_u2l(x: u32) -> i64 { return i64(x >> 16u) * 65536li + i64(x & 0xffffu); }
+fn k_i2l(x: i32) -> i64 { return (i64((x >> 16) + 32768) - 32768li) * 65536li + i64(x & 0xffff); }
 ";
 
 const PHILOX: &str = "

@@ -3,6 +3,8 @@
 //! the CPU backend must equal the reference interpreter (the independent oracle), including
 //! *which* graphs fail at evaluation.
 
+mod common;
+
 use kiln::{Array, BinaryOp, DType, ReduceOp, UnaryOp};
 use kiln_ir::{HostData, Scalar};
 use proptest::prelude::*;
@@ -200,7 +202,7 @@ fn same(got: &HostData, want: &HostData, f32_inside: bool) -> Result<(), String>
     Ok(())
 }
 
-fn check(seed: u64) -> Result<(), String> {
+fn check(seed: u64, device: kiln::Device) -> Result<(), String> {
     let mut r = Rng(seed);
     let rank = r.below(4);
     let base: Vec<usize> = (0..rank)
@@ -234,7 +236,7 @@ fn check(seed: u64) -> Result<(), String> {
     if std::env::var("KILN_SEED").is_ok() {
         eprintln!("params: {:?}\noutputs: {:?}", expr.params, expr.outputs);
     }
-    let got = kiln::eval(&outs);
+    let got = kiln::eval_on(device, &outs);
     match (want, got) {
         (Err(_), Err(_)) => Ok(()),
         (Ok(w), Ok(())) => {
@@ -267,8 +269,29 @@ proptest! {
 
     #[test]
     fn compiled_equals_reference(seed in any::<u64>()) {
-        if let Err(e) = check(seed) {
+        if let Err(e) = check(seed, kiln::Device::Cpu) {
             prop_assert!(false, "seed {seed}: {e}");
+        }
+    }
+}
+
+/// The same random graphs on the GPU backend (fewer: software drivers compile each new
+/// kernel structure slowly); skipped with a message when no adapter exists.
+#[cfg(feature = "wgpu")]
+#[test]
+fn compiled_equals_reference_on_wgpu() {
+    if !common::wgpu_or_skip("random DAGs") {
+        return;
+    }
+    let cases: u64 = std::env::var("KILN_WGPU_PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(150);
+    let mut seeds = Rng(0x5eed_cafe);
+    for _ in 0..cases {
+        let seed = seeds.next();
+        if let Err(e) = check(seed, kiln::Device::Wgpu) {
+            panic!("seed {seed} on wgpu: {e}");
         }
     }
 }
@@ -281,5 +304,8 @@ fn replay_seed() {
         .expect("set KILN_SEED")
         .parse()
         .unwrap();
-    check(seed).unwrap();
+    let device = std::env::var("KILN_DEVICE")
+        .map_or(Ok(kiln::Device::Cpu), |d| d.parse())
+        .unwrap();
+    check(seed, device).unwrap();
 }
