@@ -656,8 +656,6 @@ pub(crate) fn matmul(
             ),
         ));
     }
-    g.input(0, ad);
-    g.input(1, ad);
     g.output(0, out_dtype);
     let _ = writeln!(g.globals, "var<workgroup> kta: array<{t}, 1024>;");
     let _ = writeln!(g.globals, "var<workgroup> ktb: array<{t}, 1024>;");
@@ -686,6 +684,41 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     let boff = batch_off(&mut g, vb)?;
     let (am, ak) = (g.signed(va.strides[ra - 2])?, g.signed(va.strides[ra - 1])?);
     let (bk, bn) = (g.signed(vb.strides[rb - 2])?, g.signed(vb.strides[rb - 1])?);
+    // Buffer operands index from a per-batch base; virtual ones (iota, random) are computed.
+    let operand = |g: &mut Gen<'_>, x: usize, r: &str, c: &str, direct: String| -> Result<String> {
+        if how[x] != In::Virtual {
+            if let In::Buffer = how[x] {
+                g.input(x, ad);
+            }
+            return Ok(direct);
+        }
+        let mut coords = bc.clone();
+        coords.push(r.into());
+        coords.push(c.into());
+        let mut stmts = String::new();
+        let e = load(g, &mut stmts, kernel, launch, how, x, &coords, None)?;
+        Ok(format!(
+            "{{\n{stmts}                va_{x} = {e};\n            }}"
+        ))
+    };
+    let a_direct = from_storage(
+        ad,
+        &format!("a0[u32(abase + bitcast<i32>(gr) * {am} + bitcast<i32>(gc) * {ak})]"),
+    );
+    let b_direct = from_storage(
+        ad,
+        &format!("a1[u32(bbase + bitcast<i32>(hr) * {bk} + bitcast<i32>(hc) * {bn})]"),
+    );
+    let a = operand(&mut g, 0, "gr", "gc", a_direct)?;
+    let b = operand(&mut g, 1, "hr", "hc", b_direct)?;
+    let assign = |x: usize, v: &str, e: String| {
+        if e.starts_with('{') {
+            e.replace(&format!("va_{x}"), v)
+        } else {
+            format!("{{ {v} = {e}; }}")
+        }
+    };
+    let (a, b) = (assign(0, "va", a), assign(1, "vb", b));
     let _ = writeln!(body, "    let abase = {aoff};");
     let _ = writeln!(body, "    let bbase = {boff};");
     let _ = writeln!(body, "    let row0 = wg.y * 64u;");
@@ -707,14 +740,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
             let gr = row0 + ar;
             let gc = k0 + ac;
             var va = {t}(0);
-            if (gr < {mm} && gc < {kk}) {{ va = {a}; }}
+            if (gr < {mm} && gc < {kk}) {a}
             kta[ar * 16u + ac] = va;
             let br = e / 64u;
             let bcn = e % 64u;
             let hr = k0 + br;
             let hc = col0 + bcn;
             var vb = {t}(0);
-            if (hr < {kk} && hc < {nn}) {{ vb = {b}; }}
+            if (hr < {kk} && hc < {nn}) {b}
             ktb[br * 64u + bcn] = vb;
         }}
         workgroupBarrier();
@@ -733,14 +766,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
         }}
         workgroupBarrier();
     }}",
-        a = from_storage(
-            ad,
-            &format!("a0[u32(abase + bitcast<i32>(gr) * {am} + bitcast<i32>(gc) * {ak})]")
-        ),
-        b = from_storage(
-            ad,
-            &format!("a1[u32(bbase + bitcast<i32>(hr) * {bk} + bitcast<i32>(hc) * {bn})]")
-        ),
     );
     let _ = writeln!(body, "    for (var p = 0u; p < 4u; p = p + 1u) {{");
     let _ = writeln!(body, "    for (var q = 0u; q < 4u; q = q + 1u) {{");

@@ -420,6 +420,13 @@ impl Backend for WgpuBackend {
     ) -> Result<()> {
         let caps = &self.gpu.caps;
         let elementwise = matches!(kernel.kind, KernelKind::Elementwise { .. });
+        let computes_virtual = matches!(
+            kernel.kind,
+            KernelKind::Elementwise { .. }
+                | KernelKind::Reduce { .. }
+                | KernelKind::ArgReduce { .. }
+                | KernelKind::MatMul { .. }
+        );
         // Inputs written in place: elementwise kernels read them through the output binding;
         // other kinds read a copy taken first.
         let mut copies: Vec<(usize, GpuBuffer)> = Vec::new();
@@ -428,7 +435,13 @@ impl Backend for WgpuBackend {
             .enumerate()
             .map(|(x, a)| match a {
                 Arg::Buffer(_) => Ok(In::Buffer),
-                Arg::Virtual => Ok(In::Virtual),
+                Arg::Virtual if computes_virtual => Ok(In::Virtual),
+                Arg::Virtual => {
+                    // Gather-like kernels read buffers only: materialise the generator's base.
+                    let buf = self.materialise(kernel, launch, x)?;
+                    copies.push((x, buf));
+                    Ok(In::Buffer)
+                }
                 Arg::Output(j) if elementwise => Ok(In::Output(*j)),
                 Arg::Output(j) => {
                     let src = &outputs[*j];
@@ -458,6 +471,46 @@ impl Backend for WgpuBackend {
 }
 
 impl WgpuBackend {
+    /// Writes virtual input `x` (iota, random) over its base shape into a new buffer.
+    fn materialise(&self, kernel: &Kernel, launch: &Launch<'_>, x: usize) -> Result<GpuBuffer> {
+        use kiln_compiler::{Inst, InstOp, Program, Strided, View};
+        let input = &kernel.inputs[x];
+        let base = kiln_ir::resolve_shape(&input.view.base, launch.dims);
+        let mut buf = self.new_buffer(input.dtype, base.numel())?;
+        let copy = Kernel {
+            kind: KernelKind::Elementwise {
+                program: Program {
+                    insts: vec![Inst {
+                        op: InstOp::Load(0),
+                        dtype: input.dtype,
+                    }],
+                    results: [0].into_iter().collect(),
+                },
+            },
+            space: input.view.base.clone(),
+            inputs: vec![kiln_compiler::Input {
+                source: input.source.clone(),
+                dtype: input.dtype,
+                view: View::identity(input.view.base.clone()),
+            }],
+            outputs: [0].into_iter().collect(),
+        };
+        let l = Launch {
+            space: base.clone(),
+            views: vec![Strided::contiguous(base)],
+            scalars: launch.scalars,
+            seeds: launch.seeds,
+            dims: launch.dims,
+        };
+        match self.launch(&copy, &l, &[Arg::Virtual], std::slice::from_mut(&mut buf)) {
+            Ok(()) => Ok(buf),
+            Err(e) => {
+                self.pool.put(buf.buf);
+                Err(e)
+            }
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn launch_inner(
         &self,

@@ -1,0 +1,289 @@
+//! The wgpu backend's own contracts, checked against the reference evaluator: pipeline reuse
+//! across sizes and scalar values, the buffer pool returning to its level, many threads on
+//! one device, value errors raised inside kernels, grids beyond 65,535 workgroups,
+//! multi-pass reductions, tiled matmul edges. Skipped (with a message) without an adapter,
+//! unless `KILN_REQUIRE_GPU=1`.
+
+use kiln_compiler::Engine;
+use kiln_ir::{build, BinaryOp, DType, Error, HostData, NodeRef, ReduceOp, Scalar, Shape, UnaryOp};
+use kiln_wgpu::WgpuBackend;
+
+fn engine() -> Option<Engine<WgpuBackend>> {
+    match WgpuBackend::new() {
+        Ok(b) => Some(Engine::new(b, 64)),
+        Err(e) => {
+            if std::env::var("KILN_REQUIRE_GPU").is_ok_and(|v| v == "1") {
+                panic!("KILN_REQUIRE_GPU=1 but no wgpu adapter: {e}");
+            }
+            eprintln!("skipped: {e}");
+            None
+        }
+    }
+}
+
+fn f32s(v: Vec<f32>) -> NodeRef {
+    let n = v.len();
+    build::data(HostData::from(v), Shape::from([n])).unwrap()
+}
+
+fn reference(roots: &[&NodeRef]) -> kiln_ir::Result<Vec<HostData>> {
+    kiln_reference::evaluate(&kiln_ir::LazyExpr::from_roots(roots))
+}
+
+fn assert_close(got: &HostData, want: &HostData, rtol: f64) {
+    assert_eq!(got.len(), want.len());
+    for i in 0..got.len() {
+        let (g, w) = (got.get(i).as_f64(), want.get(i).as_f64());
+        assert!(
+            (g - w).abs() <= rtol * (1.0 + w.abs()) || (g.is_nan() && w.is_nan()),
+            "element {i}: {g} vs {w}"
+        );
+    }
+}
+
+/// `exp(x * s) + 1` for a new size and scalar each time.
+fn scaled(n: usize, s: f64) -> NodeRef {
+    let x = f32s((0..n).map(|i| (i % 7) as f32 * 0.1).collect());
+    let y = build::binary_scalar(BinaryOp::Mul, &x, Scalar::Float(s), false).unwrap();
+    let e = build::unary(UnaryOp::Exp, &y).unwrap();
+    build::binary_scalar(BinaryOp::Add, &e, Scalar::Float(1.0), false).unwrap()
+}
+
+#[test]
+fn pipelines_are_reused_across_sizes_and_scalars() {
+    let Some(e) = engine() else { return };
+    let y = scaled(10, 0.5);
+    let first = e.evaluate(&[&y]).unwrap();
+    assert_close(&first[0], &reference(&[&y]).unwrap()[0], 1e-6);
+    let compiled = e.backend().pipeline_stats().misses;
+    assert!(compiled >= 1);
+    for (k, n) in [3usize, 1000, 70_000, 17].into_iter().enumerate() {
+        let y = scaled(n, 0.25 * k as f64 + 0.3);
+        let got = e.evaluate(&[&y]).unwrap();
+        assert_close(&got[0], &reference(&[&y]).unwrap()[0], 1e-6);
+    }
+    let s = e.backend().pipeline_stats();
+    assert_eq!(
+        s.misses, compiled,
+        "a new size or scalar must not compile a pipeline"
+    );
+    assert!(s.hits >= 4);
+}
+
+#[test]
+fn the_buffer_pool_returns_to_its_level_after_1000_evaluations() {
+    let Some(e) = engine() else { return };
+    let run = |i: usize| {
+        let a = f32s(vec![i as f32; 256]);
+        let b = build::unary(UnaryOp::Tanh, &a).unwrap();
+        let c = build::reduce(ReduceOp::Sum, &b, None, false).unwrap();
+        let d = build::binary(BinaryOp::Mul, &b, &b).unwrap();
+        e.evaluate(&[&c, &d]).unwrap();
+    };
+    run(0);
+    let start = e.backend().pool_stats();
+    for i in 0..1000 {
+        run(i);
+    }
+    let end = e.backend().pool_stats();
+    assert_eq!(end.live, start.live, "buffers leaked: {start:?} -> {end:?}");
+    assert!(end.pooled <= end.limit);
+    assert!(
+        end.created - start.created <= 4,
+        "the pool should serve repeated evaluations: {start:?} -> {end:?}"
+    );
+}
+
+#[test]
+fn threads_share_one_device() {
+    let Some(e) = engine() else { return };
+    std::thread::scope(|s| {
+        for t in 0..8 {
+            let e = &e;
+            s.spawn(move || {
+                for i in 0..25 {
+                    let y = scaled(100 + t * 37 + i, 0.1 * t as f64);
+                    let got = e.evaluate(&[&y]).unwrap();
+                    assert_close(&got[0], &reference(&[&y]).unwrap()[0], 1e-6);
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn value_errors_raised_in_kernels_surface_as_on_the_cpu() {
+    let Some(e) = engine() else { return };
+    if !e.backend().capabilities().i64 {
+        eprintln!("skipped: the adapter has no i64 (indices and these errors are i64)");
+        return;
+    }
+    let table = f32s(vec![1.0, 2.0, 3.0]);
+    let idx = build::data(HostData::from(vec![0i32, 5, 1]), Shape::from([3])).unwrap();
+    let t = build::take(&table, &idx, 0).unwrap();
+    let y = build::unary(UnaryOp::Neg, &t).unwrap(); // the error flows through a later kernel
+    match e.evaluate(&[&y]) {
+        Err(Error::IndexOutOfRange {
+            index: 5, size: 3, ..
+        }) => {}
+        other => panic!("expected IndexOutOfRange, got {other:?}"),
+    }
+    let a = build::data(HostData::from(vec![7i64, 8]), Shape::from([2])).unwrap();
+    let z = build::data(HostData::from(vec![1i64, 0]), Shape::from([2])).unwrap();
+    let q = build::binary(BinaryOp::FloorDiv, &a, &z).unwrap();
+    match e.evaluate(&[&q]) {
+        Err(Error::DivisionByZero { dividend: 8, .. }) => {}
+        other => panic!("expected DivisionByZero, got {other:?}"),
+    }
+    // The device is fine afterwards.
+    let idx = build::data(HostData::from(vec![-1i32, 0]), Shape::from([2])).unwrap();
+    let t = build::take(&table, &idx, 0).unwrap();
+    assert_close(
+        &e.evaluate(&[&t]).unwrap()[0],
+        &HostData::from(vec![3.0f32, 1.0]),
+        0.0,
+    );
+}
+
+#[test]
+fn grids_beyond_65535_workgroups_fold_into_two_dimensions() {
+    let Some(e) = engine() else { return };
+    let n = 65_535 * 256 + 1000;
+    let x = build::iota(Shape::from([n]), 0, DType::I32).unwrap();
+    let y = build::binary_scalar(BinaryOp::Add, &x, Scalar::Int(1), false).unwrap();
+    let got = e.evaluate(&[&y]).unwrap();
+    assert_eq!(got[0].len(), n);
+    for i in [0, 1, 65_535 * 256 - 1, 65_535 * 256, n - 1] {
+        assert_eq!(got[0].get(i), Scalar::Int(i as i64 + 1), "element {i}");
+    }
+}
+
+#[test]
+fn a_16m_sum_is_within_1e6_of_f64_through_several_passes() {
+    let Some(e) = engine() else { return };
+    let n = 1 << 24;
+    let x = build::random(
+        Shape::from([n]),
+        DType::F32,
+        kiln_ir::Distribution::Uniform,
+        7,
+    )
+    .unwrap();
+    let s = build::reduce(ReduceOp::Sum, &x, None, false).unwrap();
+    let xs = e.evaluate(&[&x]).unwrap();
+    let exact: f64 = (0..n).map(|i| xs[0].get(i).as_f64()).sum();
+    let got = e.evaluate(&[&s]).unwrap()[0].get(0).as_f64();
+    assert!(((got - exact) / exact).abs() < 1e-6, "{got} vs {exact}");
+}
+
+#[test]
+fn matmul_tiles_edges_batches_views_and_epilogues_match_the_reference() {
+    let Some(e) = engine() else { return };
+    let mat = |shape: &[usize], seed: u64| {
+        build::random(
+            Shape::from(shape.to_vec()),
+            DType::F32,
+            kiln_ir::Distribution::Normal,
+            seed,
+        )
+        .unwrap()
+    };
+    for (a, b) in [
+        (vec![1, 1], vec![1, 1]),
+        (vec![3, 5], vec![5, 7]),
+        (vec![65, 129], vec![129, 33]),
+        (vec![2, 3, 17, 19], vec![2, 3, 19, 5]),
+        (vec![4, 0], vec![0, 3]),
+    ] {
+        let (x, w) = (mat(&a, 1), mat(&b, 2));
+        let y = build::matmul(&x, &w).unwrap();
+        let got = e.evaluate(&[&y]).unwrap();
+        assert_close(&got[0], &reference(&[&y]).unwrap()[0], 1e-5);
+    }
+    // A transposed (strided) operand and a fused relu(x @ w + b) epilogue.
+    let x = mat(&[40, 70], 3);
+    let wt = mat(&[30, 70], 4);
+    let w = build::permute(&wt, &[1, 0]).unwrap();
+    let bias = mat(&[30], 5);
+    let xw = build::matmul(&x, &w).unwrap();
+    let bb = build::broadcast_to(&bias, xw.shape()).unwrap();
+    let z = build::binary(BinaryOp::Add, &xw, &bb).unwrap();
+    let y = build::unary(UnaryOp::Relu, &z).unwrap();
+    let got = e.evaluate(&[&y]).unwrap();
+    assert_close(&got[0], &reference(&[&y]).unwrap()[0], 1e-5);
+}
+
+#[test]
+fn f64_transcendentals_are_accurate_over_their_range() {
+    let Some(e) = engine() else { return };
+    if !e.backend().capabilities().f64 {
+        eprintln!("skipped: the adapter has no f64");
+        return;
+    }
+    let xs: Vec<f64> = (-400..=400)
+        .map(|i| i as f64 * 0.37)
+        .chain([
+            0.0,
+            -0.0,
+            1e-300,
+            5e-324,
+            1e-8,
+            -1e-8,
+            700.0,
+            -740.0,
+            1e5,
+            f64::NAN,
+            f64::INFINITY,
+            -f64::INFINITY,
+        ])
+        .collect();
+    let n = xs.len();
+    let x = build::data(HostData::from(xs.clone()), Shape::from([n])).unwrap();
+    for op in [
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Log1p,
+        UnaryOp::Expm1,
+        UnaryOp::Sin,
+        UnaryOp::Cos,
+        UnaryOp::Tanh,
+        UnaryOp::Sigmoid,
+    ] {
+        let y = build::unary(op, &x).unwrap();
+        let got = &e.evaluate(&[&y]).unwrap()[0];
+        for (i, &v) in xs.iter().enumerate() {
+            let want = kiln_reference::unary(op, DType::F64, Scalar::Float(v)).as_f64();
+            let g = got.get(i).as_f64();
+            let ok = (g.is_nan() && want.is_nan())
+                || g == want
+                || (g - want).abs() <= 1e-14 * want.abs().max(1e-300);
+            assert!(ok, "{op:?}({v:e}) = {g:e}, want {want:e}");
+        }
+    }
+}
+
+#[test]
+fn gathers_from_generated_tables_and_top_k_match_the_reference() {
+    let Some(e) = engine() else { return };
+    if !e.backend().capabilities().i64 {
+        eprintln!("skipped: the adapter has no i64 (indices and these errors are i64)");
+        return;
+    }
+    let table = build::iota(Shape::from([5, 3]), 0, DType::F32).unwrap();
+    let idx = build::data(HostData::from(vec![4i32, 0, -1, 2]), Shape::from([4])).unwrap();
+    let t = build::take(&table, &idx, 0).unwrap();
+    let r = build::random(
+        Shape::from([3, 40]),
+        DType::F32,
+        kiln_ir::Distribution::Normal,
+        9,
+    )
+    .unwrap();
+    let (v, i) = build::top_k(&r, 5).unwrap();
+    let c = build::concat(&[table.clone(), t.clone()], 0).unwrap();
+    let got = e.evaluate(&[&t, &v, &i, &c]).unwrap();
+    let want = reference(&[&t, &v, &i, &c]).unwrap();
+    for (g, w) in got.iter().zip(&want) {
+        assert_close(g, w, 1e-6);
+    }
+}
