@@ -198,7 +198,8 @@ fn matmul_tiles_edges_batches_views_and_epilogues_match_the_reference() {
         let (x, w) = (mat(&a, 1), mat(&b, 2));
         let y = build::matmul(&x, &w).unwrap();
         let got = e.evaluate(&[&y]).unwrap();
-        assert_close(&got[0], &reference(&[&y]).unwrap()[0], 1e-5);
+        // f32 accumulation over up to 129 terms, in the GPU's order.
+        assert_close(&got[0], &reference(&[&y]).unwrap()[0], 1e-4);
     }
     // A transposed (strided) operand and a fused relu(x @ w + b) epilogue.
     let x = mat(&[40, 70], 3);
@@ -210,7 +211,7 @@ fn matmul_tiles_edges_batches_views_and_epilogues_match_the_reference() {
     let z = build::binary(BinaryOp::Add, &xw, &bb).unwrap();
     let y = build::unary(UnaryOp::Relu, &z).unwrap();
     let got = e.evaluate(&[&y]).unwrap();
-    assert_close(&got[0], &reference(&[&y]).unwrap()[0], 1e-5);
+    assert_close(&got[0], &reference(&[&y]).unwrap()[0], 1e-4);
 }
 
 #[test]
