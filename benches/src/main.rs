@@ -48,7 +48,9 @@ fn chain(x: &Array, nodes: usize) -> Array {
 }
 
 fn json(fields: &[(&str, String)]) {
-    let body: Vec<String> = fields.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+    let mut body: Vec<String> = fields.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+    // Where `kiln::eval` ran (`KILN_DEVICE=wgpu` with the `wgpu` feature runs W1-W7 on the GPU).
+    body.push(format!("\"device\":\"{}\"", kiln::default_device()));
     println!("{{{}}}", body.join(","));
 }
 
