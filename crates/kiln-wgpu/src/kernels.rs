@@ -329,6 +329,28 @@ fn reduce_coords(
     Ok(all)
 }
 
+/// Inside a reduction loop over `r`: the reduced coordinates and the prologue's value at
+/// them (as a storage value of `dtype`).
+#[allow(clippy::too_many_arguments)]
+fn prologue_value(
+    g: &mut Gen<'_>,
+    body: &mut String,
+    kernel: &Kernel,
+    launch: &Launch<'_>,
+    how: &[In],
+    program: &Program,
+    (kept, red, kept_names): (&[usize], &[usize], &mut Vec<String>),
+    dtype: DType,
+) -> Result<String> {
+    let space = launch.space.dims();
+    let coords = reduce_coords(g, body, kernel, space, kept, red, kept_names, 1)?;
+    let mut loader = |g: &mut Gen<'_>, out: &mut String, x: u32| {
+        load(g, out, kernel, launch, how, x as usize, &coords, None)
+    };
+    let res = emit_program(g, body, program, launch.scalars, None, "", &mut loader)?;
+    Ok(to_storage(dtype, &res[0]))
+}
+
 /// Sum/prod/max/min over axes: a workgroup per (output, chunk), tree in shared memory, and
 /// further passes over the partials while there is more than one chunk.
 #[allow(clippy::too_many_arguments)]
@@ -384,29 +406,16 @@ pub(crate) fn reduce(
         body,
         "    for (var r = gi * {CHUNK}u + li; r < rend; r = r + 256u) {{"
     );
-    let coords = reduce_coords(
+    let v = prologue_value(
         &mut g,
         &mut body,
         kernel,
-        space,
-        &kept,
-        &red,
-        &mut kept_names,
-        1,
-    )?;
-    let mut loader = |g: &mut Gen<'_>, out: &mut String, x: u32| {
-        load(g, out, kernel, launch, how, x as usize, &coords, None)
-    };
-    let res = emit_program(
-        &mut g,
-        &mut body,
+        launch,
+        how,
         program,
-        launch.scalars,
-        None,
-        "",
-        &mut loader,
+        (&kept, &red, &mut kept_names),
+        out_dtype,
     )?;
-    let v = to_storage(out_dtype, &res[0]);
     let c = combine(&mut g, op, out_dtype, "acc", &v);
     let _ = writeln!(body, "    acc = {c};");
     body.push_str("    }\n    }\n");
@@ -579,29 +588,16 @@ pub(crate) fn arg_reduce(
         0,
     )?;
     let _ = writeln!(body, "    for (var r = li; r < {rl}; r = r + 256u) {{");
-    let coords = reduce_coords(
+    let v = prologue_value(
         &mut g,
         &mut body,
         kernel,
-        space,
-        &kept,
-        &red,
-        &mut kept_names,
-        1,
-    )?;
-    let mut loader = |g: &mut Gen<'_>, out: &mut String, x: u32| {
-        load(g, out, kernel, launch, how, x as usize, &coords, None)
-    };
-    let res = emit_program(
-        &mut g,
-        &mut body,
+        launch,
+        how,
         program,
-        launch.scalars,
-        None,
-        "",
-        &mut loader,
+        (&kept, &red, &mut kept_names),
+        vd,
     )?;
-    let v = to_storage(vd, &res[0]);
     let _ = writeln!(body, "    let v = {v};");
     let _ = writeln!(
         body,
