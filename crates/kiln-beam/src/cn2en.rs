@@ -17,7 +17,7 @@
 //!
 //! Depends on `kiln` (public API) and this crate's readers and search types.
 
-use crate::g2p::Gru;
+use crate::g2p::{rows_of_sentences, Gru};
 use crate::pickle::{self, Value};
 use crate::scorer::{Scorer, Step};
 use crate::{read_pth, BeamSearch, Error, Result, SearchConfig, Tensor};
@@ -389,8 +389,6 @@ impl Scorer for Cn2En {
 
     fn encode(&mut self, batch: &[Vec<usize>]) -> Result<()> {
         // Padded batch; each sentence keeps the state after its own last token (its EOS).
-        let n = batch.len();
-        let t_max = batch.iter().map(Vec::len).max().unwrap_or(0);
         let vocab = self.enc_emb.shape()[0];
         if let Some(&bad) = batch.iter().flatten().find(|&&w| w >= vocab) {
             return Err(Error::Invalid {
@@ -398,31 +396,17 @@ impl Scorer for Cn2En {
                 message: format!("source id {bad} is outside the input vocabulary of {vocab}"),
             });
         }
-        let mut h = Array::zeros(&[n, self.enc.hidden], DType::F32);
-        h.eval()?;
-        for t in 0..t_max {
-            let ids: Vec<i64> = batch
-                .iter()
-                .map(|s| s.get(t).copied().unwrap_or(0) as i64)
-                .collect();
-            let live: Vec<bool> = batch.iter().map(|s| t < s.len()).collect();
-            let x = self.enc_emb.try_take(&Array::from_vec(ids, &[n])?, 0)?;
-            let h_new = self.enc.cell(&x, &h)?;
-            h = Array::try_where(&Array::from_vec(live, &[n, 1])?, &h_new, &h)?;
-            h.eval()?; // one small plan per step, the same every step
-        }
-        self.encoded = Some(h);
+        self.encoded = Some(self.enc.encode_padded(&self.enc_emb, batch)?);
         Ok(())
     }
 
     fn begin_state(&mut self, rows: usize, rows_per_sentence: usize) -> Result<Array> {
-        let enc = self.encoded.as_ref().ok_or(Error::Invalid {
-            op: "Cn2En::begin_state",
-            message: "encode first".into(),
-        })?;
-        let sentence = Array::arange(0.0, rows as f64, 1.0, DType::I64)?
-            .try_floor_div(rows_per_sentence as i64)?;
-        Ok(enc.try_take(&sentence, 0)?)
+        rows_of_sentences(
+            self.encoded.as_ref(),
+            "Cn2En::begin_state",
+            rows,
+            rows_per_sentence,
+        )
     }
 
     fn step(&mut self, state: &Array, prev: &Array, _rows_per_sentence: usize) -> Result<Step> {

@@ -16,6 +16,23 @@ const PHONEMES: [&str; 70] = [
     "TH", "UH0", "UH1", "UH2", "UW", "UW0", "UW1", "UW2", "V", "W", "Y", "Z", "ZH",
 ];
 
+/// The decoder's initial state: row `r` gets the encoder state of sentence
+/// `r / rows_per_sentence` (`op` names the caller in the error when nothing was encoded).
+pub(crate) fn rows_of_sentences(
+    encoded: Option<&Array>,
+    op: &'static str,
+    rows: usize,
+    rows_per_sentence: usize,
+) -> Result<Array> {
+    let enc = encoded.ok_or(Error::Invalid {
+        op,
+        message: "encode first".into(),
+    })?;
+    let sentence = Array::arange(0.0, rows as f64, 1.0, DType::I64)?
+        .try_floor_div(rows_per_sentence as i64)?;
+    Ok(enc.try_take(&sentence, 0)?)
+}
+
 /// A GRU layer's weights, transposed for `x @ W`; shared with the cn2en model.
 #[derive(Clone)]
 pub(crate) struct Gru {
@@ -27,6 +44,28 @@ pub(crate) struct Gru {
 }
 
 impl Gru {
+    /// Runs the GRU over a padded batch of id sequences (embedded with `emb`) from a zero
+    /// state; each sentence keeps the state after its own last id. One small plan per step,
+    /// the same every step.
+    pub(crate) fn encode_padded(&self, emb: &Array, batch: &[Vec<usize>]) -> kiln::Result<Array> {
+        let n = batch.len();
+        let t_max = batch.iter().map(Vec::len).max().unwrap_or(0);
+        let mut h = Array::zeros(&[n, self.hidden], DType::F32);
+        h.eval()?;
+        for t in 0..t_max {
+            let ids: Vec<i64> = batch
+                .iter()
+                .map(|s| s.get(t).copied().unwrap_or(0) as i64)
+                .collect();
+            let live: Vec<bool> = batch.iter().map(|s| t < s.len()).collect();
+            let x = emb.try_take(&Array::from_vec(ids, &[n])?, 0)?;
+            let h_new = self.cell(&x, &h)?;
+            h = Array::try_where(&Array::from_vec(live, &[n, 1])?, &h_new, &h)?;
+            h.eval()?;
+        }
+        Ok(h)
+    }
+
     /// One GRU step, PyTorch gate order (r, z, n).
     pub(crate) fn cell(&self, x: &Array, h: &Array) -> kiln::Result<Array> {
         let hs = self.hidden as isize;
@@ -199,33 +238,17 @@ impl Scorer for G2p {
 
     fn encode(&mut self, batch: &[Vec<usize>]) -> Result<()> {
         // Padded batch; each sentence keeps the state of its own last letter (its `</s>`).
-        let n = batch.len();
-        let t_max = batch.iter().map(Vec::len).max().unwrap_or(0);
-        let mut h = Array::zeros(&[n, self.enc.hidden], DType::F32);
-        h.eval()?;
-        for t in 0..t_max {
-            let ids: Vec<i64> = batch
-                .iter()
-                .map(|s| s.get(t).copied().unwrap_or(0) as i64)
-                .collect();
-            let live: Vec<bool> = batch.iter().map(|s| t < s.len()).collect();
-            let x = self.enc_emb.try_take(&Array::from_vec(ids, &[n])?, 0)?;
-            let h_new = self.enc.cell(&x, &h)?;
-            h = Array::try_where(&Array::from_vec(live, &[n, 1])?, &h_new, &h)?;
-            h.eval()?; // one small plan per step, the same every step
-        }
-        self.encoded = Some(h);
+        self.encoded = Some(self.enc.encode_padded(&self.enc_emb, batch)?);
         Ok(())
     }
 
     fn begin_state(&mut self, rows: usize, rows_per_sentence: usize) -> Result<Array> {
-        let enc = self.encoded.as_ref().ok_or(Error::Invalid {
-            op: "G2p::begin_state",
-            message: "encode first".into(),
-        })?;
-        let sentence = Array::arange(0.0, rows as f64, 1.0, DType::I64)?
-            .try_floor_div(rows_per_sentence as i64)?;
-        Ok(enc.try_take(&sentence, 0)?)
+        rows_of_sentences(
+            self.encoded.as_ref(),
+            "G2p::begin_state",
+            rows,
+            rows_per_sentence,
+        )
     }
 
     fn step(&mut self, state: &Array, prev: &Array, _rows_per_sentence: usize) -> Result<Step> {
