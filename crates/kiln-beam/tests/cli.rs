@@ -1,7 +1,7 @@
 //! `kiln-translate` end to end on the g2p-en model (skips when the model is absent).
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+mod common;
+use common::translate_cli;
 
 fn model() -> Option<String> {
     let p = std::path::PathBuf::from(concat!(
@@ -19,29 +19,11 @@ fn model() -> Option<String> {
     }
 }
 
-fn run(args: &[&str], input: &[u8]) -> (String, String, i32) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kiln-translate"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // a child that fails early (a bad model) may exit before reading its input
-    let _ = child.stdin.take().unwrap().write_all(input);
-    let out = child.wait_with_output().unwrap();
-    (
-        String::from_utf8(out.stdout).unwrap(),
-        String::from_utf8(out.stderr).unwrap(),
-        out.status.code().unwrap_or(-1),
-    )
-}
-
 #[test]
 fn translates_in_input_order_with_bad_lines_as_empty_lines() {
     let Some(m) = model() else { return };
     let input = b"activationist\n\ncat\n\xff\xfe\nthrough\n";
-    let (out, err, code) = run(
+    let (out, err, code) = translate_cli(
         &[
             "--model",
             &m,
@@ -73,7 +55,7 @@ fn translates_in_input_order_with_bad_lines_as_empty_lines() {
 #[test]
 fn n_best_lists_and_option_errors() {
     let Some(m) = model() else { return };
-    let (out, _, code) = run(&["--model", &m, "-b", "3", "--n-best"], b"cat\n");
+    let (out, _, code) = translate_cli(&["--model", &m, "-b", "3", "--n-best"], b"cat\n");
     assert_eq!(code, 0);
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 3);
@@ -82,10 +64,10 @@ fn n_best_lists_and_option_errors() {
         "{}",
         lines[0]
     );
-    let (_, err, code) = run(&["--model", &m, "--alignment", "sideways"], b"");
+    let (_, err, code) = translate_cli(&["--model", &m, "--alignment", "sideways"], b"");
     assert_eq!(code, 2);
     assert!(err.contains("--alignment"), "{err}");
-    let (_, err, code) = run(&["--model", "g2p:/nonexistent.npz"], b"cat\n");
+    let (_, err, code) = translate_cli(&["--model", "g2p:/nonexistent.npz"], b"cat\n");
     assert_eq!(code, 1);
     assert!(err.contains("/nonexistent.npz"), "{err}");
 }

@@ -5,6 +5,9 @@
 //! the reference again, batching, threads, and a mismatched checkpoint. Both fixtures come
 //! from `tests/fixtures/gen_cn2en_fixtures.py`.
 
+mod common;
+use common::translate_cli;
+
 use kiln_beam::{decode_parallel, BeamSearch, Cn2En, SearchConfig};
 use std::path::PathBuf;
 
@@ -205,26 +208,6 @@ fn real_model_matches_torch() {
     )));
     assert!(cases.len() >= 30);
     check_against(&model, &cases);
-}
-
-fn translate_cli(args: &[&str], input: &[u8]) -> (String, String, i32) {
-    use std::io::Write;
-    use std::process::{Command, Stdio};
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kiln-translate"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // a child that fails early (a bad model) may exit before reading its input
-    let _ = child.stdin.take().unwrap().write_all(input);
-    let out = child.wait_with_output().unwrap();
-    (
-        String::from_utf8(out.stdout).unwrap(),
-        String::from_utf8(out.stderr).unwrap(),
-        out.status.code().unwrap_or(-1),
-    )
 }
 
 #[test]
