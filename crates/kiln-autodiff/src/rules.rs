@@ -287,12 +287,19 @@ fn slice_back(
         }
         let i = build::iota(Shape::from([n]), 0, DType::I64)?;
         let d = build::binary_scalar(B::Sub, &i, Scalar::Int(start[k]), false)?;
-        let q = build::binary_scalar(B::FloorDiv, &d, Scalar::Int(step[k]), false)?;
-        let r = build::binary_scalar(B::Rem, &d, Scalar::Int(step[k]), false)?;
-        let on_grid = build::binary_scalar(B::Eq, &r, Scalar::Int(0), false)?;
-        let lo = build::binary_scalar(B::Ge, &q, Scalar::Int(0), false)?;
+        // unit steps (nearly every slice) need no division: every position is on the grid
+        let (q, lo) = if step[k] == 1 {
+            let lo = build::binary_scalar(B::Ge, &d, Scalar::Int(0), false)?;
+            (d, lo)
+        } else {
+            let q = build::binary_scalar(B::FloorDiv, &d, Scalar::Int(step[k]), false)?;
+            let r = build::binary_scalar(B::Rem, &d, Scalar::Int(step[k]), false)?;
+            let on_grid = build::binary_scalar(B::Eq, &r, Scalar::Int(0), false)?;
+            let lo = build::binary_scalar(B::Ge, &q, Scalar::Int(0), false)?;
+            (q, bin(B::LogicalAnd, &on_grid, &lo)?)
+        };
         let hi = build::binary_scalar(B::Lt, &q, Scalar::Int(len as i64), false)?;
-        let valid = bin(B::LogicalAnd, &bin(B::LogicalAnd, &on_grid, &lo)?, &hi)?;
+        let valid = bin(B::LogicalAnd, &lo, &hi)?;
         let qc = build::binary_scalar(B::Maximum, &q, Scalar::Int(0), false)?;
         let qc = build::binary_scalar(B::Minimum, &qc, Scalar::Int(len as i64 - 1), false)?;
         let gathered = build::take(&cur, &qc, k as isize)?;

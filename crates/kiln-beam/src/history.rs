@@ -79,6 +79,71 @@ impl Hypothesis {
         out.reverse();
         out
     }
+
+    /// The alignment of this hypothesis' words (a final `eos` excluded) to a source of
+    /// `src_len` positions, from the attention rows it carries (empty without attention).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use kiln_beam::{AlignmentKind, Hypothesis};
+    /// let s = Arc::new(Hypothesis::start(0, 1));
+    /// let h = Hypothesis { word: 7, length: 1, prev: Some(s), attention: Some(vec![0.3, 0.7]),
+    ///     ..Hypothesis::start(0, 1) };
+    /// assert_eq!(h.alignment(AlignmentKind::Hard, 2, 1), "1-0");
+    /// ```
+    pub fn alignment(&self, kind: AlignmentKind, src_len: usize, eos: usize) -> String {
+        let words = self.words();
+        let n = words.len() - usize::from(words.last() == Some(&eos));
+        alignment_string(&self.attentions(), n, src_len, kind)
+    }
+}
+
+/// Which alignment to print (`--alignment hard|soft`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AlignmentKind {
+    /// `s-t` pairs: each target word `t` with the source position `s` it attends to most.
+    Hard,
+    /// Each target word's attention over the source positions, comma-separated; target words
+    /// separated by spaces (Marian's soft-alignment format).
+    Soft,
+}
+
+/// Formats the attention rows of the first `words` target words as an alignment: hard
+/// (`0-0 1-2 …`, source position first, ties to the lower position) or soft (`0.91,0.09 …`,
+/// three decimals). Rows longer than the source are cut to `src_len` positions.
+///
+/// ```
+/// use kiln_beam::{alignment_string, AlignmentKind};
+/// let rows = vec![vec![0.9f32, 0.1], vec![0.2, 0.8], vec![0.5, 0.5]];
+/// assert_eq!(alignment_string(&rows, 2, 2, AlignmentKind::Hard), "0-0 1-1");
+/// assert_eq!(alignment_string(&rows, 2, 2, AlignmentKind::Soft), "0.900,0.100 0.200,0.800");
+/// ```
+pub fn alignment_string(
+    rows: &[Vec<f32>],
+    words: usize,
+    src_len: usize,
+    kind: AlignmentKind,
+) -> String {
+    let rows = rows.iter().take(words).map(|r| &r[..src_len.min(r.len())]);
+    let parts: Vec<String> = match kind {
+        AlignmentKind::Hard => rows
+            .enumerate()
+            .filter(|(_, r)| !r.is_empty())
+            .map(|(t, r)| {
+                let s = (0..r.len()).fold(0, |best, j| if r[j] > r[best] { j } else { best });
+                format!("{s}-{t}")
+            })
+            .collect(),
+        AlignmentKind::Soft => rows
+            .map(|r| {
+                r.iter()
+                    .map(|a| format!("{a:.3}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .collect(),
+    };
+    parts.join(" ")
 }
 
 /// A finished hypothesis with its normalised score.

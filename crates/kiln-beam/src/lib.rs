@@ -30,6 +30,8 @@
 //! # Ok::<(), kiln_beam::Error>(())
 //! ```
 
+mod attention;
+mod cmudict;
 mod cn2en;
 mod g2p;
 mod history;
@@ -40,9 +42,14 @@ mod scorer;
 mod search;
 mod zip;
 
+pub use attention::{AttentionConfig, AttentionModel, AttentionScorer};
+pub use cmudict::{
+    edit_distance, error_rates, parse_cmudict, phoneme_vocab, read_cmudict, Entry, ErrorRates,
+    Split,
+};
 pub use cn2en::Cn2En;
 pub use g2p::G2p;
-pub use history::{Finished, History, Hypothesis};
+pub use history::{alignment_string, AlignmentKind, Finished, History, Hypothesis};
 pub use npz::read_npz;
 pub use pth::{read_pth, Tensor, TensorData};
 pub use scorer::{Scorer, Step, TableScorer};
@@ -63,6 +70,9 @@ pub enum Error {
         /// What is wrong and how to fix it.
         message: String,
     },
+    /// Reading or writing a safetensors checkpoint failed.
+    #[error(transparent)]
+    Checkpoint(#[from] kiln_optim::Error),
     /// A pickle (a PyTorch checkpoint's `data.pkl`, a pickled vocabulary) that cannot be read.
     #[error("{path}: {source}")]
     Pickle {

@@ -227,9 +227,12 @@ impl BeamSearch {
                     }
                     let (row, word) = ((idx[p] as usize) / v, (idx[p] as usize) % v);
                     let parent = &live[s][row];
-                    let attention = attn
-                        .as_ref()
-                        .map(|(a, len)| a[(s * b + row) * len..(s * b + row + 1) * len].to_vec());
+                    // the row over this sentence's own source (the batch's rows are padded
+                    // to its longest source; padding gets no attention)
+                    let attention = attn.as_ref().map(|(a, len)| {
+                        let at = (s * b + row) * len;
+                        a[at..at + batch[s].len().min(*len)].to_vec()
+                    });
                     let hyp = Arc::new(Hypothesis {
                         word,
                         cost: vals[p],
@@ -339,10 +342,12 @@ pub fn decode_parallel(
         .collect())
 }
 
-/// n-best lines in Moses/amun format: `id ||| words ||| F0= c0 F1= c1 ||| total`.
+/// n-best lines in Moses/amun format: `id ||| words ||| F0= c0 F1= c1 ||| total`; with an
+/// `alignment` (e.g. `|h| h.alignment(AlignmentKind::Hard, src_len, eos)`) Marian's
+/// `id ||| words ||| alignment ||| F0= … ||| total`.
 ///
 /// ```
-/// let lines = kiln_beam::nbest_lines(0, &kiln_beam::History::default(), 5, &["F0"], |w| w.to_string());
+/// let lines = kiln_beam::nbest_lines(0, &kiln_beam::History::default(), 5, &["F0"], |w| w.to_string(), None);
 /// assert!(lines.is_empty());
 /// ```
 pub fn nbest_lines(
@@ -351,6 +356,7 @@ pub fn nbest_lines(
     n: usize,
     names: &[&str],
     word: impl Fn(usize) -> String,
+    alignment: Option<&dyn Fn(&Hypothesis) -> String>,
 ) -> Vec<String> {
     history
         .nbest(n)
@@ -362,8 +368,9 @@ pub fn nbest_lines(
                 .zip(&f.hyp.costs)
                 .map(|(nm, c)| format!("{nm}= {c:.6}"))
                 .collect();
+            let align = alignment.map_or(String::new(), |a| format!(" ||| {}", a(&f.hyp)));
             format!(
-                "{id} ||| {} ||| {} ||| {:.6}",
+                "{id} ||| {}{align} ||| {} ||| {:.6}",
                 words.join(" "),
                 feats.join(" "),
                 f.score

@@ -180,7 +180,7 @@ fn ensembles_weight_their_scorers_and_report_costs() {
         (total - best.hyp.cost).abs() < 1e-9,
         "cost = Σ weight × scorer cost"
     );
-    let lines = nbest_lines(7, &h, 2, &["F0", "F1"], |w| format!("w{w}"));
+    let lines = nbest_lines(7, &h, 2, &["F0", "F1"], |w| format!("w{w}"), None);
     assert!(
         lines[0].starts_with("7 ||| w")
             && lines[0].contains("||| F0= ")

@@ -99,6 +99,63 @@ pub fn save_safetensors(path: impl AsRef<std::path::Path>, params: &[&Parameter]
     })
 }
 
+/// Reads every tensor of a safetensors file, in the file's order (for loaders that infer a
+/// model's sizes from its tensors before creating its parameters). Tensors of dtypes kiln
+/// lacks (f16, bf16, u8, …) are an error naming the tensor.
+///
+/// ```
+/// use kiln_optim::{read_safetensors, save_safetensors, Parameter};
+/// let path = std::env::temp_dir().join(format!("kiln-doc-read-{}.safetensors", std::process::id()));
+/// let w = Parameter::new("w", kiln::Array::from_vec(vec![1.0f32, 2.0, 3.0], &[3])?);
+/// save_safetensors(&path, &[&w])?;
+/// let all = read_safetensors(&path)?;
+/// assert_eq!(all[0].0, "w");
+/// assert_eq!(all[0].1.to_vec::<f32>()?, vec![1.0, 2.0, 3.0]);
+/// # Ok::<(), kiln_optim::Error>(())
+/// ```
+pub fn read_safetensors(path: impl AsRef<std::path::Path>) -> Result<Vec<(String, Array)>> {
+    let path = path.as_ref();
+    let shown = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|source| Error::Io {
+        op: "read_safetensors",
+        path: shown.clone(),
+        source,
+    })?;
+    let st = SafeTensors::deserialize(&bytes).map_err(|e| Error::Format {
+        path: shown.clone(),
+        message: e.to_string(),
+    })?;
+    let mut out = Vec::new();
+    for (name, t) in st.iter() {
+        let dtype = from_st(t.dtype()).ok_or_else(|| Error::Format {
+            path: shown.clone(),
+            message: format!(
+                "tensor {name:?} has dtype {:?}; kiln reads bool, i32, i64, f32 and f64",
+                t.dtype()
+            ),
+        })?;
+        out.push((name.to_string(), from_bytes(dtype, t.data(), t.shape())?));
+    }
+    // `iter` follows the header's (hashed) order; the file's data offsets give its real order.
+    let offsets: std::collections::HashMap<String, usize> = st
+        .iter()
+        .map(|(n, t)| (n.to_string(), t.data().as_ptr() as usize))
+        .collect();
+    out.sort_by_key(|(n, _)| offsets.get(n).copied().unwrap_or(usize::MAX));
+    Ok(out)
+}
+
+fn from_st(d: Dtype) -> Option<DType> {
+    match d {
+        Dtype::BOOL => Some(DType::Bool),
+        Dtype::I32 => Some(DType::I32),
+        Dtype::I64 => Some(DType::I64),
+        Dtype::F32 => Some(DType::F32),
+        Dtype::F64 => Some(DType::F64),
+        _ => None,
+    }
+}
+
 /// Reads `path` and assigns every parameter the tensor of its name. Nothing is assigned
 /// unless every parameter is found with the right dtype and shape.
 ///
@@ -130,14 +187,7 @@ pub fn load_safetensors(path: impl AsRef<std::path::Path>, params: &[&Parameter]
                 n
             },
         })?;
-        let dtype = match t.dtype() {
-            Dtype::BOOL => Some(DType::Bool),
-            Dtype::I32 => Some(DType::I32),
-            Dtype::I64 => Some(DType::I64),
-            Dtype::F32 => Some(DType::F32),
-            Dtype::F64 => Some(DType::F64),
-            _ => None,
-        };
+        let dtype = from_st(t.dtype());
         if dtype != Some(p.dtype()) || t.shape() != p.shape() {
             return Err(Error::Mismatch {
                 op: "load_safetensors",

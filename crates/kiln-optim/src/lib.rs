@@ -26,7 +26,7 @@
 mod checkpoint;
 mod optim;
 
-pub use checkpoint::{load_safetensors, save_safetensors};
+pub use checkpoint::{load_safetensors, read_safetensors, save_safetensors};
 pub use optim::{clip_by_global_norm, Adam, Optimizer, Sgd};
 
 use kiln::{Array, DType};

@@ -6,18 +6,29 @@
 //!   `model.pth`, `input_lang.pkl` and `output_lang.pkl` (as `scripts/fetch-data.sh` leaves
 //!   them in `data/cn2en`); each input line is a sentence, the output its English words.
 //!
-//! Several `--model`s form an ensemble; they must be of one kind (one vocabulary).
+//! - `--model att:PATH`: an attention encoder-decoder trained by `kiln-g2p-train` (a
+//!   safetensors file); words to phonemes in g2p-en's vocabularies, so it can form an ensemble
+//!   with g2p-en, and it has attention: `--alignment hard|soft` prints alignments of letters
+//!   (source positions; the last one is the end marker) to phonemes.
+//!
+//! Several `--model`s form an ensemble; they must share one vocabulary.
 //!
 //! ```text
 //! echo activationist | kiln-translate --model g2p:data/g2p_en/checkpoint20.npz -b 4 --n-best
 //! echo 我不知道。 | kiln-translate --model cn2en:data/cn2en -b 1
+//! echo phoneme | kiln-translate --model att:crates/kiln-beam/models/g2p-attention.safetensors --alignment hard
 //! ```
 
-use kiln_beam::{decode_parallel, nbest_lines, BeamSearch, Cn2En, G2p, Scorer, SearchConfig};
+use kiln_beam::{
+    decode_parallel, nbest_lines, phoneme_vocab, AlignmentKind, AttentionModel, BeamSearch, Cn2En,
+    G2p, Scorer, SearchConfig,
+};
 use std::io::{Read, Write};
+use std::sync::Arc;
 use std::time::Instant;
 
-const USAGE: &str = "usage: kiln-translate --model g2p:PATH|cn2en:DIR [options] < input > output
+const USAGE: &str =
+    "usage: kiln-translate --model g2p:PATH|cn2en:DIR|att:PATH [options] < input > output
 
 options:
   -b, --beam-size N          beam size (default 4)
@@ -30,7 +41,8 @@ options:
       --threads N            decoding threads (default 1)
       --weights W1,W2,...    ensemble weights, one per --model
       --allow-unk            allow the UNK word in the output
-      --alignment hard|soft  print alignments (needs a model with attention)
+      --alignment hard|soft  print alignments: words ||| 0-0 1-2 ... (hard) or
+                             0.9,0.1 ... (soft); needs an att: model
       --max-input N          crop input lines to N symbols, with a warning (default 200)
   -h, --help";
 
@@ -42,7 +54,7 @@ struct Options {
     maxi_batch: usize,
     threads: usize,
     weights: Vec<f64>,
-    alignment: Option<String>,
+    alignment: Option<AlignmentKind>,
     max_input: usize,
 }
 
@@ -90,17 +102,17 @@ fn parse(args: &[String]) -> Result<Options, String> {
                     .collect::<Result<_, _>>()?
             }
             "--alignment" => {
-                let v = val(a)?;
-                if v != "hard" && v != "soft" {
-                    return Err(format!("--alignment: {v:?} is not hard or soft"));
-                }
-                o.alignment = Some(v);
+                o.alignment = Some(match val(a)?.as_str() {
+                    "hard" => AlignmentKind::Hard,
+                    "soft" => AlignmentKind::Soft,
+                    v => return Err(format!("--alignment: {v:?} is not hard or soft")),
+                });
             }
             other => return Err(format!("unknown option {other:?}")),
         }
     }
     if o.models.is_empty() {
-        return Err("give a model with --model g2p:PATH or --model cn2en:DIR".into());
+        return Err("give a model with --model g2p:PATH, cn2en:DIR or att:PATH".into());
     }
     if !o.weights.is_empty() && o.weights.len() != o.models.len() {
         return Err(format!(
@@ -112,10 +124,9 @@ fn parse(args: &[String]) -> Result<Options, String> {
     if o.config.beam == 0 || o.mini_batch == 0 {
         return Err("beam size and mini-batch must be at least 1".into());
     }
-    if o.alignment.is_some() {
+    if o.alignment.is_some() && !o.models.iter().any(|m| m.starts_with("att:")) {
         return Err(
-            "--alignment: the g2p and cn2en models have no attention, so there is no alignment to print"
-                .into(),
+            "--alignment: the g2p and cn2en models have no attention; add an att: model".into(),
         );
     }
     Ok(o)
@@ -129,6 +140,8 @@ enum Model {
     G2p(String),
     /// cn2en, loaded once (clones share the weights).
     Cn2En(Box<Cn2En>),
+    /// kiln-beam's attention model over g2p-en's vocabularies, loaded once.
+    Attention(Arc<AttentionModel>),
 }
 
 impl Model {
@@ -142,7 +155,22 @@ impl Model {
             Some(("cn2en", d)) => Cn2En::load(d)
                 .map(|m| Model::Cn2En(Box::new(m)))
                 .map_err(|e| e.to_string()),
-            _ => Err(format!("--model {spec:?}: expected g2p:PATH or cn2en:DIR")),
+            Some(("att", p)) => {
+                let m = AttentionModel::load(p).map_err(|e| e.to_string())?;
+                let c = m.config();
+                if c.src_vocab != 29 || c.tgt_vocab != phoneme_vocab() {
+                    return Err(format!(
+                        "--model {spec:?}: vocabularies of {} letters and {} phonemes; an att: model must use g2p-en's 29 and {} (train one with kiln-g2p-train)",
+                        c.src_vocab,
+                        c.tgt_vocab,
+                        phoneme_vocab()
+                    ));
+                }
+                Ok(Model::Attention(Arc::new(m)))
+            }
+            _ => Err(format!(
+                "--model {spec:?}: expected g2p:PATH, cn2en:DIR or att:PATH"
+            )),
         }
     }
 
@@ -150,6 +178,7 @@ impl Model {
         match self {
             Model::G2p(_) => "g2p",
             Model::Cn2En(_) => "cn2en",
+            Model::Attention(_) => "att",
         }
     }
 
@@ -157,20 +186,21 @@ impl Model {
         Ok(match self {
             Model::G2p(p) => Box::new(G2p::load(p)?),
             Model::Cn2En(m) => Box::new((**m).clone()),
+            Model::Attention(m) => Box::new(m.scorer()?),
         })
     }
 
     /// Source ids of a non-empty line.
     fn encode(&self, line: &str) -> Vec<usize> {
         match self {
-            Model::G2p(_) => G2p::encode_word(line),
+            Model::G2p(_) | Model::Attention(_) => G2p::encode_word(line),
             Model::Cn2En(m) => m.encode_sentence(line),
         }
     }
 
     fn word(&self, id: usize) -> String {
         match self {
-            Model::G2p(_) => G2p::phoneme(id).to_string(),
+            Model::G2p(_) | Model::Attention(_) => G2p::phoneme(id).to_string(),
             Model::Cn2En(m) => m.word(id).to_string(),
         }
     }
@@ -178,7 +208,7 @@ impl Model {
     /// Sets the sentence start, end and UNK ids.
     fn configure(&self, c: &mut SearchConfig) {
         let (bos, eos, unk) = match self {
-            Model::G2p(_) => (G2p::BOS, G2p::EOS, Some(G2p::UNK)),
+            Model::G2p(_) | Model::Attention(_) => (G2p::BOS, G2p::EOS, Some(G2p::UNK)),
             Model::Cn2En(_) => (Cn2En::SOS, Cn2En::EOS, None),
         };
         (c.bos, c.eos, c.unk) = (bos, eos, unk);
@@ -226,8 +256,8 @@ fn main() {
         }
     };
     for m in &o.models {
-        if !matches!(m.split_once(':'), Some(("g2p" | "cn2en", _))) {
-            eprintln!("kiln-translate: --model {m:?}: expected g2p:PATH or cn2en:DIR");
+        if !matches!(m.split_once(':'), Some(("g2p" | "cn2en" | "att", _))) {
+            eprintln!("kiln-translate: --model {m:?}: expected g2p:PATH, cn2en:DIR or att:PATH");
             eprintln!("{USAGE}");
             std::process::exit(2);
         }
@@ -245,7 +275,7 @@ fn main() {
     let first = &models[0];
     for m in &models[1..] {
         let same = match (first, m) {
-            (Model::G2p(_), Model::G2p(_)) => true,
+            (Model::G2p(_) | Model::Attention(_), Model::G2p(_) | Model::Attention(_)) => true,
             (Model::Cn2En(a), Model::Cn2En(b)) => a.same_vocabularies(b),
             _ => false,
         };
@@ -351,22 +381,39 @@ fn main() {
                     .trim()
                     .to_string()
             };
+            let src_len = srcs[i].len();
+            let align = |h: &kiln_beam::Hypothesis| {
+                o.alignment
+                    .map(|k| h.alignment(k, src_len, config.eos))
+                    .unwrap_or_default()
+            };
             match h {
                 Some(h) if o.n_best => {
-                    for line in nbest_lines(id, &h, config.beam, &name_refs, |w| {
+                    let aligned: Option<&dyn Fn(&kiln_beam::Hypothesis) -> String> =
+                        o.alignment.map(|_| &align as _);
+                    let word = |w| {
                         if w == config.eos {
                             String::new()
                         } else {
                             phon(w)
                         }
-                    }) {
+                    };
+                    for line in nbest_lines(id, &h, config.beam, &name_refs, word, aligned) {
                         let _ = writeln!(out, "{}", line.replace("  |||", " |||"));
                     }
                 }
                 Some(h) => {
-                    let words = h.best().map(|b| strip(b.hyp.words())).unwrap_or_default();
+                    let best = h.best();
+                    let words = best.map(|b| strip(b.hyp.words())).unwrap_or_default();
                     produced += words.split_whitespace().count();
-                    let _ = writeln!(out, "{words}");
+                    match (o.alignment, best) {
+                        (Some(_), Some(b)) => {
+                            let _ = writeln!(out, "{words} ||| {}", align(&b.hyp));
+                        }
+                        _ => {
+                            let _ = writeln!(out, "{words}");
+                        }
+                    }
                 }
                 None => {
                     let _ = writeln!(out);
