@@ -58,6 +58,12 @@ pub trait Backend: Send + Sync {
     /// The first `len` elements of a buffer as host data (consumes the buffer; zero-copy
     /// where possible).
     fn download(&self, buffer: Self::Buffer, dtype: DType, len: usize) -> Result<HostData>;
+    /// The most arrays one kernel may read (a GPU's storage-buffer binding limit, less the
+    /// bindings a kernel needs besides its inputs); the compiler splits fused groups to fit.
+    /// Default: no limit.
+    fn max_kernel_inputs(&self) -> usize {
+        usize::MAX
+    }
     /// Runs one kernel.
     fn launch(
         &self,

@@ -60,11 +60,39 @@ impl Compiled {
 /// assert_eq!(c.plan.kernels.len(), 1); // one fused pass
 /// ```
 pub fn compile(expr: &LazyExpr) -> Result<Compiled> {
+    compile_with_limit(expr, usize::MAX)
+}
+
+/// [`compile`] for a backend whose kernels may read at most `max_kernel_inputs` arrays
+/// ([`crate::Backend::max_kernel_inputs`]): fused groups that would read more are split.
+///
+/// ```
+/// use kiln_ir::{build, BinaryOp, HostData, LazyExpr, Shape};
+/// // a sum of 12 different arrays: one fused kernel reading 12 inputs ...
+/// let xs: Vec<_> = (0..12)
+///     .map(|i| build::data(HostData::from(vec![i as f32; 4]), Shape::from([4])).unwrap())
+///     .collect();
+/// let mut y = xs[0].clone();
+/// for x in &xs[1..] {
+///     y = build::binary(BinaryOp::Add, &y, x).unwrap();
+/// }
+/// let e = LazyExpr::from_roots(&[&y]);
+/// assert_eq!(kiln_compiler::compile(&e).unwrap().plan.kernels.len(), 1);
+/// // ... or kernels of at most 6 inputs each
+/// let c = kiln_compiler::compile_with_limit(&e, 6).unwrap();
+/// assert!(c.plan.kernels.len() > 1);
+/// assert!(c.plan.kernels.iter().all(|k| k.inputs.len() <= 6));
+/// ```
+pub fn compile_with_limit(expr: &LazyExpr, max_kernel_inputs: usize) -> Result<Compiled> {
     let source = Graph::from_expr(expr);
     let (graph, _) = rewrite::optimize(&source);
     #[cfg(debug_assertions)]
     graph.verify()?;
-    let fused = fuse::fuse(&graph, expr.bindings.scalars.len() as u32);
+    let fused = fuse::fuse_with_limit(
+        &graph,
+        expr.bindings.scalars.len() as u32,
+        max_kernel_inputs,
+    );
     let mut plan = fused.plan;
     memory::plan_memory(&mut plan, &expr.bindings.dims);
     #[cfg(debug_assertions)]

@@ -103,6 +103,13 @@ struct Builder<'g> {
 ///
 /// `n_scalars` is the length of the run-time scalar table (`Bindings::scalars`).
 pub fn fuse(g: &Graph, n_scalars: u32) -> Fused {
+    fuse_with_limit(g, n_scalars, usize::MAX)
+}
+
+/// [`fuse`] for a backend whose kernels read at most `max_inputs` arrays (a GPU's binding
+/// limit): fused elementwise trees that would read more are split by materialising their
+/// largest subtrees (see [`limit_inputs`]). `usize::MAX`: no limit.
+pub fn fuse_with_limit(g: &Graph, n_scalars: u32, max_inputs: usize) -> Fused {
     let n = g.nodes.len();
     let mut class = vec![Class::Source; n];
     for (i, node) in g.nodes.iter().enumerate() {
@@ -233,6 +240,9 @@ pub fn fuse(g: &Graph, n_scalars: u32) -> Fused {
             mat[i] = true;
         }
     }
+    if max_inputs != usize::MAX {
+        limit_inputs(g, &class, &mut mat, max_inputs);
+    }
     let mut b = Builder {
         g,
         class,
@@ -247,6 +257,75 @@ pub fn fuse(g: &Graph, n_scalars: u32) -> Fused {
     Fused {
         plan: b.plan,
         cluster: b.cluster,
+    }
+}
+
+/// Pass C (binding limit): bounds the arrays a fused kernel reads. Every elementwise tree
+/// that fusion would compute in one kernel reads its *leaves*: materialised values, sources
+/// and the views over them (each view counted once per distinct node: an upper bound on the
+/// kernel's deduplicated inputs). Walking in topological order, a node whose leaves exceed
+/// the bound materialises its operand subtree with the most leaves until it fits; that
+/// subtree becomes one kernel input, and its own kernel was already bounded when it was
+/// visited. The bound leaves two inputs for a matmul whose epilogue the tree may become.
+fn limit_inputs(g: &Graph, class: &[Class], mat: &mut [bool], max_inputs: usize) {
+    let bound = max_inputs.saturating_sub(2).max(3);
+    let n = g.nodes.len();
+    // for a node a fused tree reads: the leaves it contributes
+    let mut leaves: Vec<Vec<u32>> = vec![Vec::new(); n];
+    let fused_through = |mat: &[bool], j: usize| -> Option<usize> {
+        // an unmaterialised elementwise value, or a view fused through to one
+        let mut k = j;
+        loop {
+            match class[k] {
+                Class::Elementwise if !mat[k] => return Some(k),
+                Class::Movement if !mat[k] => k = g.nodes[k].inputs[0] as usize,
+                _ => return None,
+            }
+        }
+    };
+    let union = |sets: &[&[u32]]| -> Vec<u32> {
+        let mut u: Vec<u32> = sets.iter().flat_map(|s| s.iter().copied()).collect();
+        u.sort_unstable();
+        u.dedup();
+        u
+    };
+    for i in 0..n {
+        if class[i] != Class::Elementwise {
+            continue;
+        }
+        loop {
+            let parts: Vec<(usize, Vec<u32>)> = g.nodes[i]
+                .inputs
+                .iter()
+                .map(|&j| {
+                    let j = j as usize;
+                    match (class[j], fused_through(mat, j)) {
+                        (Class::Uniform, _) => (j, Vec::new()),
+                        (_, Some(k)) => (k, leaves[k].clone()),
+                        _ => (j, vec![j as u32]),
+                    }
+                })
+                .collect();
+            let all = union(&parts.iter().map(|(_, l)| l.as_slice()).collect::<Vec<_>>());
+            if all.len() <= bound {
+                leaves[i] = all;
+                break;
+            }
+            // materialise the operand tree that reads the most; it then counts as one input
+            let widest = parts
+                .iter()
+                .filter(|(k, l)| l.len() > 1 && class[*k] == Class::Elementwise && !mat[*k])
+                .max_by_key(|(_, l)| l.len())
+                .map(|(k, _)| *k);
+            match widest {
+                Some(k) => mat[k] = true,
+                None => {
+                    // every operand is already a single input (at most 3: `where`)
+                    leaves[i] = all;
+                    break;
+                }
+            }
+        }
     }
 }
 

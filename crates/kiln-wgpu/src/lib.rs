@@ -311,6 +311,13 @@ impl Backend for WgpuBackend {
         "wgpu"
     }
 
+    /// The adapter's storage buffers per shader stage, less what a kernel binds besides its
+    /// inputs: the metadata table, up to two outputs (top-k), the f64 scalar table and the
+    /// status word.
+    fn max_kernel_inputs(&self) -> usize {
+        (self.capabilities().max_bindings as usize).saturating_sub(5)
+    }
+
     fn allocate(&self, dtype: DType, len: usize) -> Result<GpuBuffer> {
         self.new_buffer(dtype, len)
     }

@@ -309,3 +309,128 @@ fn replay_seed() {
         .unwrap();
     check(seed, device).unwrap();
 }
+
+/// The CPU backend claiming a GPU-like limit on the arrays one kernel reads: the compiler must
+/// split fused groups to fit (checked at every launch) without changing any result.
+struct Limited(kiln_cpu::CpuBackend, usize);
+
+impl kiln_compiler::Backend for Limited {
+    type Buffer = <kiln_cpu::CpuBackend as kiln_compiler::Backend>::Buffer;
+    fn name(&self) -> &'static str {
+        "cpu-limited"
+    }
+    fn allocate(&self, dtype: DType, len: usize) -> kiln_ir::Result<Self::Buffer> {
+        self.0.allocate(dtype, len)
+    }
+    fn release(&self, buffer: Self::Buffer) {
+        self.0.release(buffer)
+    }
+    fn upload(&self, data: &HostData) -> kiln_ir::Result<Self::Buffer> {
+        self.0.upload(data)
+    }
+    fn download(&self, b: Self::Buffer, dtype: DType, len: usize) -> kiln_ir::Result<HostData> {
+        self.0.download(b, dtype, len)
+    }
+    fn max_kernel_inputs(&self) -> usize {
+        self.1
+    }
+    fn launch(
+        &self,
+        kernel: &kiln_compiler::Kernel,
+        launch: &kiln_compiler::Launch<'_>,
+        inputs: &[kiln_compiler::Arg<'_, Self::Buffer>],
+        outputs: &mut [Self::Buffer],
+    ) -> kiln_ir::Result<()> {
+        // concatenation reads each input in its own pass (one per dispatch on the GPU)
+        if !matches!(kernel.kind, kiln_compiler::KernelKind::Concat { .. }) {
+            assert!(
+                kernel.inputs.len() <= self.1,
+                "a {:?} kernel reads {} arrays; the limit is {}",
+                kernel.kind,
+                kernel.inputs.len(),
+                self.1
+            );
+        }
+        self.0.launch(kernel, launch, inputs, outputs)
+    }
+}
+
+/// Arithmetic that keeps fusing: a binary op or `where` over random earlier values, cast to
+/// f64 so that dtype changes do not cut the trees.
+fn wide_op(r: &mut Rng, nodes: &[Array]) -> Option<Array> {
+    let mut pick = |r: &mut Rng| nodes[r.below(nodes.len())].cast(DType::F64);
+    let (a, b) = (pick(r), pick(r));
+    match r.below(6) {
+        0 => a.try_add(&b).ok(),
+        1 => a.try_sub(&b).ok(),
+        2 => a.try_mul(&b).ok(),
+        3 => a.try_maximum(&b).ok(),
+        4 => a.try_tanh().ok()?.try_add(&b).ok(),
+        _ => {
+            let c = pick(r);
+            Array::try_where(&a.try_gt(&b).ok()?, &c, &a).ok()
+        }
+    }
+}
+
+#[test]
+fn fused_groups_split_under_an_input_limit_equal_the_reference() {
+    let mut seeds = Rng(0x11_4175);
+    let mut split = 0;
+    for case in 0..300 {
+        let seed = seeds.next();
+        let mut r = Rng(seed);
+        let limit = 4 + r.below(4);
+        let engine = kiln_compiler::Engine::new(Limited(kiln_cpu::CpuBackend::default(), limit), 8);
+        let base: Vec<usize> = (0..r.below(3)).map(|_| r.pick(&[1, 2, 3])).collect();
+        // many inputs and long chains, so fused trees read more arrays than the limit
+        let mut nodes: Vec<Array> = (0..6 + r.below(8))
+            .map(|_| random_input(&mut r, &base))
+            .collect();
+        let n_in = nodes.len();
+        for _ in 0..12 + r.below(20) {
+            let x = if r.chance(0.2) {
+                random_op(&mut r, &nodes)
+            } else {
+                wide_op(&mut r, &nodes)
+            };
+            if let Some(x) = x {
+                nodes.push(x);
+            }
+        }
+        let outs: Vec<&Array> = nodes[n_in.min(nodes.len() - 1)..]
+            .iter()
+            .rev()
+            .take(2)
+            .collect();
+        let expr = kiln::lower(&outs);
+        let unlimited = kiln_compiler::compile(&expr).unwrap().plan.kernels.len();
+        let limited = kiln_compiler::compile_with_limit(&expr, limit)
+            .unwrap()
+            .plan
+            .kernels
+            .len();
+        split += usize::from(limited > unlimited);
+        let want = kiln_reference::evaluate(&expr);
+        let roots: Vec<&kiln_ir::NodeRef> = outs.iter().map(|a| a.node()).collect();
+        let got = engine.evaluate(&roots);
+        match (want, got) {
+            (Err(_), Err(_)) => {}
+            (Ok(w), Ok(g)) => {
+                let f32_inside = expr.graph.node_weights().any(|n| n.dtype == DType::F32);
+                for (k, (g, w)) in g.iter().zip(&w).enumerate() {
+                    if let Err(e) = same(g, w, f32_inside) {
+                        panic!("case {case} (seed {seed}, limit {limit}) output {k}: {e}");
+                    }
+                }
+            }
+            (w, g) => panic!(
+                "case {case} (seed {seed}): reference {:?} but compiled {:?}",
+                w.err(),
+                g.err()
+            ),
+        }
+    }
+    // the test must exercise the split, not only graphs that fit anyway
+    assert!(split >= 30, "only {split} of 300 graphs needed splitting");
+}
