@@ -513,7 +513,7 @@ impl AttentionModel {
         Ok(nll
             .try_mul(&tmask)?
             .sum(None, false)
-            .try_div(&tmask.sum(None, false))?)
+            .try_div(tmask.sum(None, false))?)
     }
 
     /// A scorer decoding with this model's current weights (a snapshot: later training does

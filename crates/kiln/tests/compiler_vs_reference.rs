@@ -358,7 +358,7 @@ impl kiln_compiler::Backend for Limited {
 /// Arithmetic that keeps fusing: a binary op or `where` over random earlier values, cast to
 /// f64 so that dtype changes do not cut the trees.
 fn wide_op(r: &mut Rng, nodes: &[Array]) -> Option<Array> {
-    let mut pick = |r: &mut Rng| nodes[r.below(nodes.len())].cast(DType::F64);
+    let pick = |r: &mut Rng| nodes[r.below(nodes.len())].cast(DType::F64);
     let (a, b) = (pick(r), pick(r));
     match r.below(6) {
         0 => a.try_add(&b).ok(),
@@ -381,7 +381,7 @@ fn fused_groups_split_under_an_input_limit_equal_the_reference() {
         let seed = seeds.next();
         let mut r = Rng(seed);
         let limit = 4 + r.below(4);
-        let engine = kiln_compiler::Engine::new(Limited(kiln_cpu::CpuBackend::default(), limit), 8);
+        let engine = kiln_compiler::Engine::new(Limited(kiln_cpu::CpuBackend, limit), 8);
         let base: Vec<usize> = (0..r.below(3)).map(|_| r.pick(&[1, 2, 3])).collect();
         // many inputs and long chains, so fused trees read more arrays than the limit
         let mut nodes: Vec<Array> = (0..6 + r.below(8))
