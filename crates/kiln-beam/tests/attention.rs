@@ -302,3 +302,48 @@ fn load_errors_name_the_tensor_and_both_shapes() {
     assert!(e.contains("id 99") && e.contains("vocabulary of 7"), "{e}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The GNMT ranking (Wu et al. 2016 §7): `log P / lp + cp` with `lp = ((5 + |Y|) / 6)^α` and
+/// `cp = β Σ_source log(min(Σ_target attention, 1))`, recomputed here from each finished
+/// hypothesis' cost, length and attention rows.
+#[test]
+fn gnmt_scores_follow_the_paper_formula_over_each_sentence_own_source() {
+    let dir = fixture_dir();
+    let model = AttentionModel::load(dir.join("attention_tiny.safetensors")).unwrap();
+    let (alpha, beta) = (0.6, 0.3);
+    let config = SearchConfig {
+        beam: 3,
+        bos: 1,
+        eos: 2,
+        unk: None,
+        gnmt: Some(kiln_beam::Gnmt { alpha, beta }),
+        ..Default::default()
+    };
+    let src = vec![vec![3, 4, 5, 6, 2], vec![7, 2], vec![8, 3, 3, 5, 4, 6, 2]];
+    let mut search = BeamSearch::new(vec![Box::new(model.scorer().unwrap())], config);
+    let hist = search.decode(&src).unwrap();
+    for (i, h) in hist.iter().enumerate() {
+        assert!(!h.is_empty());
+        let mut last = f64::INFINITY;
+        for f in h.nbest(10) {
+            let rows = f.hyp.attentions();
+            assert_eq!(rows.len(), f.hyp.length);
+            let lp = ((5.0 + f.hyp.length as f64) / 6.0).powf(alpha);
+            let cp: f64 = (0..src[i].len())
+                .map(|j| {
+                    let covered: f64 = rows.iter().map(|r| r[j] as f64).sum();
+                    covered.min(1.0).ln()
+                })
+                .sum::<f64>()
+                * beta;
+            let want = f.hyp.cost / lp + cp;
+            assert!(
+                (f.score - want).abs() < 1e-9,
+                "sentence {i}: {} vs {want}",
+                f.score
+            );
+            assert!(f.score <= last, "n-best sorted by score");
+            last = f.score;
+        }
+    }
+}

@@ -35,6 +35,8 @@ options:
       --n-best               print n-best lists: id ||| words ||| F0= c ||| total
       --normalize A          length normalisation exponent (score = (cost - wp*len) / len^A)
       --word-penalty WP      word penalty
+      --gnmt ALPHA,BETA      rank by the GNMT length and coverage penalties instead
+                             (Wu et al. 2016 s7; BETA > 0 needs an att: model)
       --max-length-factor F  stop at F x source length (default 3)
       --mini-batch N         sentences per mini-batch (default 16)
       --maxi-batch N         mini-batches read and sorted together (default 100)
@@ -89,6 +91,16 @@ fn parse(args: &[String]) -> Result<Options, String> {
             "--n-best" => o.n_best = true,
             "--normalize" | "-n" => o.config.normalize = num(a, val(a)?)?,
             "--word-penalty" => o.config.word_penalty = num(a, val(a)?)?,
+            "--gnmt" => {
+                let v = val(a)?;
+                let (alpha, beta) = v
+                    .split_once(',')
+                    .ok_or(format!("--gnmt: {v:?}: give ALPHA,BETA (e.g. 0.2,0.2)"))?;
+                o.config.gnmt = Some(kiln_beam::Gnmt {
+                    alpha: num("--gnmt", alpha.to_string())?,
+                    beta: num("--gnmt", beta.to_string())?,
+                });
+            }
             "--max-length-factor" => o.config.max_length_factor = num(a, val(a)?)?,
             "--mini-batch" => o.mini_batch = num(a, val(a)?)? as usize,
             "--maxi-batch" => o.maxi_batch = num(a, val(a)?)? as usize,
@@ -123,6 +135,13 @@ fn parse(args: &[String]) -> Result<Options, String> {
     }
     if o.config.beam == 0 || o.mini_batch == 0 {
         return Err("beam size and mini-batch must be at least 1".into());
+    }
+    let coverage = o.config.gnmt.is_some_and(|g| g.beta != 0.0);
+    if coverage && !o.models.iter().any(|m| m.starts_with("att:")) {
+        return Err(
+            "--gnmt: a coverage penalty (BETA > 0) needs attention; add an att: model or use BETA 0"
+                .into(),
+        );
     }
     if o.alignment.is_some() && !o.models.iter().any(|m| m.starts_with("att:")) {
         return Err(
