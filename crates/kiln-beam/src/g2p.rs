@@ -44,10 +44,39 @@ pub(crate) struct Gru {
 }
 
 impl Gru {
+    /// The input gates of every embedding row, `emb @ W_ihᵀ + b_ih` (`[vocab, 3H]`), lazy.
+    /// The input projection depends only on the token, so a model whose vocabulary is small
+    /// next to the tokens it runs (g2p: 29 letters, 74 phonemes) computes it once at load and
+    /// each step gathers rows of it ([`Gru::cell_from_input_gates`]) instead of multiplying:
+    /// one GEMM of the cell's two.
+    pub(crate) fn input_gates_table(&self, emb: &Array) -> kiln::Result<Array> {
+        emb.try_matmul(&self.w_ih_t)?.try_add(&self.b_ih)
+    }
+
     /// Runs the GRU over a padded batch of id sequences (embedded with `emb`) from a zero
     /// state; each sentence keeps the state after its own last id. One small plan per step,
     /// the same every step.
     pub(crate) fn encode_padded(&self, emb: &Array, batch: &[Vec<usize>]) -> kiln::Result<Array> {
+        self.encode_padded_with(batch, |ids| self.cell_input(&emb.try_take(ids, 0)?))
+    }
+
+    /// [`Gru::encode_padded`] with the input gates gathered from a table made by
+    /// [`Gru::input_gates_table`] (rows indexed by id).
+    pub(crate) fn encode_padded_table(
+        &self,
+        table: &Array,
+        batch: &[Vec<usize>],
+    ) -> kiln::Result<Array> {
+        self.encode_padded_with(batch, |ids| table.try_take(ids, 0))
+    }
+
+    /// The padded encoder loop; `gates(ids)` gives the input gates `[n, 3H]` of one step's
+    /// ids (`[n]`, 0 past a sentence's end: those rows keep their state).
+    fn encode_padded_with(
+        &self,
+        batch: &[Vec<usize>],
+        gates: impl Fn(&Array) -> kiln::Result<Array>,
+    ) -> kiln::Result<Array> {
         let n = batch.len();
         let t_max = batch.iter().map(Vec::len).max().unwrap_or(0);
         let mut h = Array::zeros(&[n, self.hidden], DType::F32);
@@ -58,27 +87,37 @@ impl Gru {
                 .map(|s| s.get(t).copied().unwrap_or(0) as i64)
                 .collect();
             let live: Vec<bool> = batch.iter().map(|s| t < s.len()).collect();
-            let x = emb.try_take(&Array::from_vec(ids, &[n])?, 0)?;
-            let h_new = self.cell(&x, &h)?;
+            let gi = gates(&Array::from_vec(ids, &[n])?)?;
+            let h_new = self.cell_from_input_gates(&gi, &h)?;
             h = Array::try_where(&Array::from_vec(live, &[n, 1])?, &h_new, &h)?;
             h.eval()?;
         }
         Ok(h)
     }
 
+    /// The input gates `x @ W_ihᵀ + b_ih` of inputs `x` (`[rows, E]`).
+    fn cell_input(&self, x: &Array) -> kiln::Result<Array> {
+        x.try_matmul(&self.w_ih_t)?.try_add(&self.b_ih)
+    }
+
     /// One GRU step, PyTorch gate order (r, z, n).
     pub(crate) fn cell(&self, x: &Array, h: &Array) -> kiln::Result<Array> {
+        self.cell_from_input_gates(&self.cell_input(x)?, h)
+    }
+
+    /// One GRU step from precomputed input gates `gi = x @ W_ihᵀ + b_ih` (`[rows, 3H]`, e.g.
+    /// rows of [`Gru::input_gates_table`]).
+    pub(crate) fn cell_from_input_gates(&self, gi: &Array, h: &Array) -> kiln::Result<Array> {
         let hs = self.hidden as isize;
-        let gi = x.try_matmul(&self.w_ih_t)?.try_add(&self.b_ih)?;
-        let gh = h.try_matmul(&self.w_hh_t)?.try_add(&self.b_hh)?;
-        let r = gi
-            .try_slice(s![.., ..hs])?
-            .try_add(&gh.try_slice(s![.., ..hs])?)?
+        let gh = self.hidden_gates(h)?;
+        // r and z are both sigmoid(gi + gh) over the first 2H columns: one slice pair and
+        // one sigmoid for both, split afterwards (fewer nodes to trace every step).
+        let rz = gi
+            .try_slice(s![.., ..2 * hs])?
+            .try_add(&gh.try_slice(s![.., ..2 * hs])?)?
             .try_sigmoid()?;
-        let z = gi
-            .try_slice(s![.., hs..2 * hs])?
-            .try_add(&gh.try_slice(s![.., hs..2 * hs])?)?
-            .try_sigmoid()?;
+        let r = rz.try_slice(s![.., ..hs])?;
+        let z = rz.try_slice(s![.., hs..])?;
         let n = gi
             .try_slice(s![.., 2 * hs..])?
             .try_add(&r.try_mul(&gh.try_slice(s![.., 2 * hs..])?)?)?
@@ -86,15 +125,48 @@ impl Gru {
         // h' = (1 - z) * n + z * h
         n.try_sub(&z.try_mul(&n)?)?.try_add(&z.try_mul(h)?)
     }
+
+    /// The hidden gates `h @ W_hhᵀ + b_hh` (`[rows, 3H]`). Up to
+    /// [`WEIGHT_LEFT_MAX_ROWS`] rows they are computed as the transposed product
+    /// `(W_hh @ hᵀ + b_hh)ᵀ`. Why: `matrixmultiply` packs its right operand whole (`k × n`,
+    /// up to 1,024 columns) into a buffer it allocates on every call; with the weight on the
+    /// right that buffer is `256 × 768` floats (800 KB) and keeps landing on fresh pages (page
+    /// faults were 30–40 % of a g2p run's samples), while with it on the left both packing
+    /// buffers are `64 × 256` and `256 × rows` floats and stay resident. The price is that the
+    /// gate kernel reads the product through a transposed view (a strided gather, and the
+    /// small operand `hᵀ` is packed element by element), which grows with the rows. g2p on
+    /// one core, measured: at 16 and 64 rows (beam 1 and 4 × 16 words) the transposed form
+    /// decoded ~20 % and ~8 % more words/s (and had no page-fault storms), at 128 and 192
+    /// rows 10–12 % fewer. Same arithmetic per element, bit-identical n-best lists.
+    fn hidden_gates(&self, h: &Array) -> kiln::Result<Array> {
+        if h.shape()
+            .first()
+            .is_some_and(|&rows| rows <= WEIGHT_LEFT_MAX_ROWS)
+        {
+            Ok(self
+                .w_hh_t
+                .transpose()
+                .try_matmul(&h.transpose())?
+                .try_add(&self.b_hh.try_reshape(&[-1, 1])?)?
+                .transpose())
+        } else {
+            h.try_matmul(&self.w_hh_t)?.try_add(&self.b_hh)
+        }
+    }
 }
+
+/// The most rows for which [`Gru::hidden_gates`] puts the weight on the left of its GEMM.
+const WEIGHT_LEFT_MAX_ROWS: usize = 64;
 
 /// Takes a named tensor out of the checkpoint, checking its shape.
 type Take<'a> = dyn FnMut(&str, Option<&[usize]>) -> Result<Array> + 'a;
 
 /// The g2p-en model as a scorer.
 pub struct G2p {
-    enc_emb: Array,
-    dec_emb: Array,
+    /// The encoder's input gates of every letter, `enc_emb @ W_ihᵀ + b_ih` (`[29, 3H]`).
+    enc_gates: Array,
+    /// The decoder's input gates of every phoneme, `dec_emb @ W_ihᵀ + b_ih` (`[74, 3H]`).
+    dec_gates: Array,
     enc: Gru,
     dec: Gru,
     fc_w_t: Array,
@@ -170,10 +242,14 @@ impl G2p {
         let dec_emb = take("dec_emb", Some(&[np, e]))?;
         let fc_w_t = take("fc_w", Some(&[np, h]))?.transpose();
         let fc_b = take("fc_b", Some(&[np]))?;
-        fc_w_t.eval()?;
+        // The input projections depend only on the id, and the vocabularies are tiny: one
+        // GEMM at load instead of one per step (measured in docs/performance.md, kiln-beam).
+        let enc_gates = enc.input_gates_table(&enc_emb)?;
+        let dec_gates = dec.input_gates_table(&dec_emb)?;
+        kiln::eval(&[&fc_w_t, &enc_gates, &dec_gates])?;
         Ok(G2p {
-            enc_emb,
-            dec_emb,
+            enc_gates,
+            dec_gates,
             enc,
             dec,
             fc_w_t,
@@ -238,7 +314,14 @@ impl Scorer for G2p {
 
     fn encode(&mut self, batch: &[Vec<usize>]) -> Result<()> {
         // Padded batch; each sentence keeps the state of its own last letter (its `</s>`).
-        self.encoded = Some(self.enc.encode_padded(&self.enc_emb, batch)?);
+        let letters = self.enc_gates.shape()[0];
+        if let Some(&bad) = batch.iter().flatten().find(|&&w| w >= letters) {
+            return Err(Error::Invalid {
+                op: "G2p::encode",
+                message: format!("source id {bad} is outside the {letters} letter ids"),
+            });
+        }
+        self.encoded = Some(self.enc.encode_padded_table(&self.enc_gates, batch)?);
         Ok(())
     }
 
@@ -252,8 +335,8 @@ impl Scorer for G2p {
     }
 
     fn step(&mut self, state: &Array, prev: &Array, _rows_per_sentence: usize) -> Result<Step> {
-        let x = self.dec_emb.try_take(prev, 0)?;
-        let h = self.dec.cell(&x, state)?;
+        let gi = self.dec_gates.try_take(prev, 0)?;
+        let h = self.dec.cell_from_input_gates(&gi, state)?;
         let logits = h.try_matmul(&self.fc_w_t)?.try_add(&self.fc_b)?;
         Ok(Step {
             log_probs: logits.try_log_softmax(-1)?,
