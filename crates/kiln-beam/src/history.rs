@@ -1,5 +1,7 @@
-//! Hypotheses (a word, its cost and per-scorer costs, a back-pointer shared with `Arc`) and the
-//! per-sentence history of finished hypotheses with n-best traceback.
+//! Hypotheses (a word, its cost and per-scorer costs, a back-pointer shared with `Arc`), the
+//! [`Beam`] of a sentence's live hypotheses, the per-sentence [`History`] of finished
+//! hypotheses with n-best traceback, the [`Histories`] of a batch, and alignments from the
+//! attention rows hypotheses carry.
 
 use std::sync::Arc;
 
@@ -97,6 +99,10 @@ impl Hypothesis {
         alignment_string(&self.attentions(), n, src_len, kind)
     }
 }
+
+/// The live hypotheses of one sentence, best first (row `j` of the sentence's beam is
+/// `beam[j]`).
+pub type Beam = Vec<Arc<Hypothesis>>;
 
 /// Which alignment to print (`--alignment hard|soft`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -210,5 +216,83 @@ impl History {
     /// ```
     pub fn is_empty(&self) -> bool {
         self.finished.is_empty()
+    }
+}
+
+/// The histories of a decoded batch, one per sentence in input order. Derefs to the
+/// `Vec<History>`.
+///
+/// ```
+/// let h = kiln_beam::Histories::new(2);
+/// assert_eq!(h.len(), 2);
+/// assert_eq!(h.best_words(1), vec![Vec::<usize>::new(), vec![]]);
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct Histories {
+    histories: Vec<History>,
+}
+
+impl Histories {
+    /// `n` empty histories.
+    pub fn new(n: usize) -> Histories {
+        Histories {
+            histories: vec![History::default(); n],
+        }
+    }
+
+    /// Each sentence's best words without a final `eos` (empty where nothing finished).
+    pub fn best_words(&self, eos: usize) -> Vec<Vec<usize>> {
+        self.histories
+            .iter()
+            .map(|h| {
+                h.best().map_or_else(Vec::new, |b| {
+                    let mut w = b.hyp.words();
+                    if w.last() == Some(&eos) {
+                        w.pop();
+                    }
+                    w
+                })
+            })
+            .collect()
+    }
+
+    /// The histories as a vector.
+    pub fn into_vec(self) -> Vec<History> {
+        self.histories
+    }
+}
+
+impl From<Vec<History>> for Histories {
+    fn from(histories: Vec<History>) -> Histories {
+        Histories { histories }
+    }
+}
+
+impl std::ops::Deref for Histories {
+    type Target = Vec<History>;
+    fn deref(&self) -> &Vec<History> {
+        &self.histories
+    }
+}
+
+impl std::ops::DerefMut for Histories {
+    fn deref_mut(&mut self) -> &mut Vec<History> {
+        &mut self.histories
+    }
+}
+
+impl IntoIterator for Histories {
+    type Item = History;
+    type IntoIter = std::vec::IntoIter<History>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.histories.into_iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a Histories {
+    type Item = &'a History;
+    type IntoIter = std::slice::Iter<'a, History>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.histories.iter()
     }
 }

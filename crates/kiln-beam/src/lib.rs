@@ -49,11 +49,13 @@ pub use cmudict::{
 };
 pub use cn2en::Cn2En;
 pub use g2p::G2p;
-pub use history::{alignment_string, AlignmentKind, Finished, History, Hypothesis};
+pub use history::{
+    alignment_string, AlignmentKind, Beam, Finished, Histories, History, Hypothesis,
+};
 pub use npz::read_npz;
 pub use pth::{read_pth, Tensor, TensorData};
 pub use scorer::{Scorer, Step, TableScorer};
-pub use search::{decode_parallel, nbest_lines, BeamSearch, Gnmt, SearchConfig};
+pub use search::{decode_parallel, nbest_lines, BeamSearch, Gnmt, MiniBatch, SearchConfig};
 
 /// Errors of decoding.
 #[derive(Debug, thiserror::Error)]

@@ -1,7 +1,7 @@
 //! Batched beam search over an ensemble of scorers, length normalisation and the GNMT
 //! penalties, batching over threads, and n-best output.
 
-use crate::history::{History, Hypothesis};
+use crate::history::{Beam, Histories, History, Hypothesis};
 use crate::scorer::Scorer;
 use crate::{Error, Result};
 use kiln::{Array, DType};
@@ -110,7 +110,7 @@ impl BeamSearch {
 
     /// Decodes a batch of source sentences (token ids); one [`History`] per sentence, in order.
     /// All sentences go through one kiln computation per step.
-    pub fn decode(&mut self, batch: &[Vec<usize>]) -> Result<Vec<History>> {
+    pub fn decode(&mut self, batch: &[Vec<usize>]) -> Result<Histories> {
         let cfg = self.config.clone();
         if self.scorers.is_empty() || cfg.beam == 0 {
             return Err(Error::Invalid {
@@ -126,7 +126,7 @@ impl BeamSearch {
             });
         }
         let (n, b, v) = (batch.len(), cfg.beam, vocab);
-        let mut histories = vec![History::default(); n];
+        let mut histories = Histories::new(n);
         if n == 0 {
             return Ok(histories);
         }
@@ -141,7 +141,7 @@ impl BeamSearch {
             .map(|s| s.begin_state(rows, b))
             .collect::<Result<_>>()?;
         let start = Arc::new(Hypothesis::start(cfg.bos, k));
-        let mut live: Vec<Vec<Arc<Hypothesis>>> = vec![vec![start]; n];
+        let mut live: Vec<Beam> = vec![vec![start]; n];
         let mut beam_left = vec![b; n];
         let max_len: Vec<usize> = batch
             .iter()
@@ -211,7 +211,7 @@ impl BeamSearch {
             };
             // expand each sentence's beam
             let mut origin = vec![0i64; rows];
-            let mut next_live: Vec<Vec<Arc<Hypothesis>>> = vec![Vec::new(); n];
+            let mut next_live: Vec<Beam> = vec![Vec::new(); n];
             for s in 0..n {
                 for j in 0..b {
                     origin[s * b + j] = (s * b) as i64;
@@ -276,21 +276,67 @@ impl BeamSearch {
     }
 }
 
-/// Decodes many sentences AmuNMT-style: sort by source length, cut mini-batches of
-/// `mini_batch` sentences, run them on `threads` threads (each with its own scorers from
-/// `make`), and return the histories in input order.
+/// How [`decode_parallel`] cuts mini-batches: at most this many sentences, or at most this
+/// many source words (Marian's `--mini-batch-words`; a longer sentence goes alone). A plain
+/// number means sentences.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MiniBatch {
+    /// At most this many sentences per mini-batch.
+    Sentences(usize),
+    /// At most this many source words (summed over the sentences) per mini-batch.
+    Words(usize),
+}
+
+impl From<usize> for MiniBatch {
+    fn from(n: usize) -> MiniBatch {
+        MiniBatch::Sentences(n)
+    }
+}
+
+impl MiniBatch {
+    /// Cuts `order` (sentence indices, sorted by length) into mini-batches.
+    ///
+    /// ```
+    /// use kiln_beam::MiniBatch;
+    /// let lens = [5, 4, 4, 2];
+    /// assert_eq!(MiniBatch::Words(8).cut(&[0, 1, 2, 3], |i| lens[i]), vec![vec![0], vec![1, 2], vec![3]]);
+    /// assert_eq!(MiniBatch::Sentences(3).cut(&[0, 1, 2, 3], |i| lens[i]), vec![vec![0, 1, 2], vec![3]]);
+    /// ```
+    pub fn cut(self, order: &[usize], len: impl Fn(usize) -> usize) -> Vec<Vec<usize>> {
+        match self {
+            MiniBatch::Sentences(n) => order.chunks(n.max(1)).map(<[usize]>::to_vec).collect(),
+            MiniBatch::Words(max) => {
+                let mut out: Vec<Vec<usize>> = Vec::new();
+                let mut words = 0;
+                for &i in order {
+                    let l = len(i);
+                    match out.last_mut() {
+                        Some(b) if words + l <= max => b.push(i),
+                        _ => {
+                            out.push(vec![i]);
+                            words = 0;
+                        }
+                    }
+                    words += l;
+                }
+                out
+            }
+        }
+    }
+}
+
+/// Decodes many sentences AmuNMT-style: sort by source length, cut mini-batches
+/// ([`MiniBatch`]: by sentences or by words), run them on `threads` threads (each with its own
+/// scorers from `make`), and return the histories in input order.
 pub fn decode_parallel(
     sentences: &[Vec<usize>],
     make: &(dyn Fn() -> Result<BeamSearch> + Sync),
-    mini_batch: usize,
+    mini_batch: impl Into<MiniBatch>,
     threads: usize,
-) -> Result<Vec<History>> {
+) -> Result<Histories> {
     let mut order: Vec<usize> = (0..sentences.len()).collect();
     order.sort_by_key(|&i| std::cmp::Reverse(sentences[i].len()));
-    let batches: Vec<Vec<usize>> = order
-        .chunks(mini_batch.max(1))
-        .map(|c| c.to_vec())
-        .collect();
+    let batches = mini_batch.into().cut(&order, |i| sentences[i].len());
     let next = std::sync::atomic::AtomicUsize::new(0);
     let results = std::sync::Mutex::new(vec![None; sentences.len()]);
     let first_error = std::sync::Mutex::new(None);
@@ -339,7 +385,8 @@ pub fn decode_parallel(
         .unwrap_or_else(|e| e.into_inner())
         .into_iter()
         .map(|h| h.unwrap_or_default())
-        .collect())
+        .collect::<Vec<History>>()
+        .into())
 }
 
 /// n-best lines in Moses/amun format: `id ||| words ||| F0= c0 F1= c1 ||| total`; with an

@@ -3,7 +3,7 @@
 //! number of compiles.
 
 use kiln_beam::{
-    decode_parallel, nbest_lines, BeamSearch, History, Scorer, SearchConfig, TableScorer,
+    decode_parallel, nbest_lines, BeamSearch, History, MiniBatch, Scorer, SearchConfig, TableScorer,
 };
 
 const V: usize = 4; // 0 = BOS, 1 = EOS, 2 = UNK, 3 = a word... plus more below
@@ -159,6 +159,12 @@ fn batched_single_and_threaded_decoding_agree() {
     };
     let threaded = bests(&decode_parallel(&srcs, &make, 3, 2).unwrap());
     assert_eq!(threaded, single, "input order kept");
+    // mini-batches cut by source words (7 words: batches of 1 to 3 sentences)
+    let by_words = bests(&decode_parallel(&srcs, &make, MiniBatch::Words(7), 2).unwrap());
+    assert_eq!(
+        by_words, single,
+        "input order kept with mini-batches by words"
+    );
 }
 
 #[test]

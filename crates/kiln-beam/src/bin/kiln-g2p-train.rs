@@ -168,21 +168,7 @@ fn transcribe(
     let src: Vec<Vec<usize>> = words.iter().map(|e| G2p::encode_word(&e.word)).collect();
     let search = || Ok(BeamSearch::new(vec![make()?], search_config(beam)));
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let hist = decode_parallel(&src, &search, 32, threads)?;
-    Ok(hist
-        .iter()
-        .map(|h| {
-            h.best()
-                .map(|b| {
-                    b.hyp
-                        .words()
-                        .into_iter()
-                        .filter(|&w| w != G2p::EOS)
-                        .collect()
-                })
-                .unwrap_or_default()
-        })
-        .collect())
+    Ok(decode_parallel(&src, &search, 32, threads)?.best_words(G2p::EOS))
 }
 
 fn report(name: &str, words: &[&Entry], pred: &[Vec<usize>], secs: f64, beam: usize) {

@@ -21,7 +21,7 @@
 
 use kiln_beam::{
     decode_parallel, nbest_lines, phoneme_vocab, AlignmentKind, AttentionModel, BeamSearch, Cn2En,
-    G2p, Scorer, SearchConfig,
+    G2p, MiniBatch, Scorer, SearchConfig,
 };
 use std::io::{Read, Write};
 use std::sync::Arc;
@@ -39,6 +39,7 @@ options:
                              (Wu et al. 2016 s7; BETA > 0 needs an att: model)
       --max-length-factor F  stop at F x source length (default 3)
       --mini-batch N         sentences per mini-batch (default 16)
+      --mini-batch-words N   cut mini-batches by source words instead (at most N each)
       --maxi-batch N         mini-batches read and sorted together (default 100)
       --threads N            decoding threads (default 1)
       --weights W1,W2,...    ensemble weights, one per --model
@@ -53,6 +54,7 @@ struct Options {
     config: SearchConfig,
     n_best: bool,
     mini_batch: usize,
+    mini_batch_words: Option<usize>,
     maxi_batch: usize,
     threads: usize,
     weights: Vec<f64>,
@@ -71,6 +73,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         },
         n_best: false,
         mini_batch: 16,
+        mini_batch_words: None,
         maxi_batch: 100,
         threads: 1,
         weights: vec![],
@@ -103,6 +106,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
             }
             "--max-length-factor" => o.config.max_length_factor = num(a, val(a)?)?,
             "--mini-batch" => o.mini_batch = num(a, val(a)?)? as usize,
+            "--mini-batch-words" => o.mini_batch_words = Some(num(a, val(a)?)? as usize),
             "--maxi-batch" => o.maxi_batch = num(a, val(a)?)? as usize,
             "--threads" => o.threads = num(a, val(a)?)? as usize,
             "--allow-unk" => o.config.allow_unk = true,
@@ -133,7 +137,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
             o.models.len()
         ));
     }
-    if o.config.beam == 0 || o.mini_batch == 0 {
+    if o.config.beam == 0 || o.mini_batch == 0 || o.mini_batch_words == Some(0) {
         return Err("beam size and mini-batch must be at least 1".into());
     }
     let coverage = o.config.gnmt.is_some_and(|g| g.beta != 0.0);
@@ -377,7 +381,10 @@ fn main() {
         // empty lines (and invalid ones) give empty output lines without decoding
         let todo: Vec<usize> = (0..srcs.len()).filter(|&i| !srcs[i].is_empty()).collect();
         let picked: Vec<Vec<usize>> = todo.iter().map(|&i| srcs[i].clone()).collect();
-        let hist = match decode_parallel(&picked, &make, o.mini_batch, o.threads) {
+        let cut = o
+            .mini_batch_words
+            .map_or(MiniBatch::Sentences(o.mini_batch), MiniBatch::Words);
+        let hist = match decode_parallel(&picked, &make, cut, o.threads) {
             Ok(h) => h,
             Err(e) => {
                 eprintln!("kiln-translate: {e}");
