@@ -8,10 +8,10 @@
 //! The same functions build the training graph and the decoding step, so what is trained is
 //! what is decoded. Depends on kiln's public API, kiln-optim, and the crate's [`Scorer`].
 
-use crate::g2p::rows_of_sentences;
+use crate::g2p::{rows_of_sentences, Gru};
 use crate::scorer::{Scorer, Step};
 use crate::{Error, Result};
-use kiln::{s, Array, DType};
+use kiln::{Array, DType};
 use kiln_optim::Parameter;
 
 /// The sizes of an [`AttentionModel`].
@@ -83,49 +83,14 @@ impl AttentionConfig {
     }
 }
 
-/// One GRU layer's weights for `x @ W` (PyTorch gate order r, z, n).
-struct GruW {
-    w_ih: Array,
-    w_hh: Array,
-    b_ih: Array,
-    b_hh: Array,
-    hidden: usize,
-}
-
-impl GruW {
-    /// One step from the input's gate pre-activations `gi = x @ W_ih + b_ih` (`[rows, 3H]`).
-    fn step(&self, gi: &Array, h: &Array) -> kiln::Result<Array> {
-        let hs = self.hidden as isize;
-        let gh = h.try_matmul(&self.w_hh)?.try_add(&self.b_hh)?;
-        let rz = gi
-            .try_slice(s![.., ..2 * hs])?
-            .try_add(&gh.try_slice(s![.., ..2 * hs])?)?
-            .try_sigmoid()?;
-        let r = rz.try_slice(s![.., ..hs])?;
-        let z = rz.try_slice(s![.., hs..])?;
-        let n = gi
-            .try_slice(s![.., 2 * hs..])?
-            .try_add(&r.try_mul(&gh.try_slice(s![.., 2 * hs..])?)?)?
-            .try_tanh()?;
-        // h' = n + z·(h − n)
-        n.try_add(&z.try_mul(&h.try_sub(&n)?)?)
-    }
-
-    /// Gate pre-activations of every row of an embedding table: `emb @ W_ih + b_ih`, so a step
-    /// takes rows instead of multiplying (the tables are small: a vocabulary's rows).
-    fn table(&self, emb: &Array) -> kiln::Result<Array> {
-        emb.try_matmul(&self.w_ih)?.try_add(&self.b_ih)
-    }
-}
-
 /// The weights as arrays, taken from the parameters once per graph.
 struct Weights {
     src_emb: Array,
     tgt_emb: Array,
-    enc_fwd: GruW,
-    enc_bwd: GruW,
-    dec1: GruW,
-    dec2: GruW,
+    enc_fwd: Gru,
+    enc_bwd: Gru,
+    dec1: Gru,
+    dec2: Gru,
     init_w: Array,
     init_b: Array,
     att_w_c: Array,
@@ -279,9 +244,9 @@ impl AttentionModel {
         let mut it = self.params.iter().map(Parameter::value);
         let mut next = || it.next().expect("spec order");
         let (src_emb, tgt_emb) = (next(), next());
-        let mut gru = |hidden: usize| GruW {
-            w_ih: next(),
-            w_hh: next(),
+        let mut gru = |hidden: usize| Gru {
+            w_ih_t: next(),
+            w_hh_t: next(),
             b_ih: next(),
             b_hh: next(),
             hidden,
@@ -351,18 +316,25 @@ fn encode(w: &Weights, dtype: DType, src: &[Vec<usize>]) -> Result<Encoded> {
         .flat_map(|s| (0..t_max).map(move |t| if t < s.len() { 1.0 } else { 0.0 }))
         .collect();
     let mask_nt = Array::from_vec(mask_nt, &[n, t_max])?.cast(dtype);
-    let (table_f, table_b) = (w.enc_fwd.table(&w.src_emb)?, w.enc_bwd.table(&w.src_emb)?);
+    let (table_f, table_b) = (
+        w.enc_fwd.input_gates_table(&w.src_emb)?,
+        w.enc_bwd.input_gates_table(&w.src_emb)?,
+    );
     let zero = Array::zeros(&[n, h], dtype);
     let (mut hf, mut hb) = (zero.clone(), zero);
     let mut fwd = Vec::with_capacity(t_max);
     let mut bwd = vec![None; t_max];
     for t in 0..t_max {
-        let new = w.enc_fwd.step(&table_f.try_take(&ids[t], 0)?, &hf)?;
+        let new = w
+            .enc_fwd
+            .cell_from_input_gates(&table_f.try_take(&ids[t], 0)?, &hf)?;
         hf = hf.try_add(&masks[t].try_mul(&new.try_sub(&hf)?)?)?;
         fwd.push(hf.clone());
     }
     for t in (0..t_max).rev() {
-        let new = w.enc_bwd.step(&table_b.try_take(&ids[t], 0)?, &hb)?;
+        let new = w
+            .enc_bwd
+            .cell_from_input_gates(&table_b.try_take(&ids[t], 0)?, &hb)?;
         hb = hb.try_add(&masks[t].try_mul(&new.try_sub(&hb)?)?)?;
         bwd[t] = Some(hb.clone());
     }
@@ -400,7 +372,7 @@ fn dec_step(
     state: &Array,
 ) -> kiln::Result<DecOut> {
     let rows = state.shape()[0] as isize;
-    let s1 = w.dec1.step(y_gi, state)?;
+    let s1 = w.dec1.cell_from_input_gates(y_gi, state)?;
     // e_j = v · tanh(W_c c_j + b + W_s s1)
     let q = s1.try_matmul(&w.att_w_s)?.try_expand_dims(1)?; // [r, 1, A]
     let e = enc
@@ -415,8 +387,7 @@ fn dec_step(
         .try_expand_dims(1)?
         .try_matmul(&enc.ctx)? // [r, 1, 2H]
         .try_reshape(&[rows, -1])?;
-    let gi2 = c.try_matmul(&w.dec2.w_ih)?.try_add(&w.dec2.b_ih)?;
-    let s2 = w.dec2.step(&gi2, &s1)?;
+    let s2 = w.dec2.cell(&c, &s1)?;
     let hidden = s2
         .try_matmul(&w.out_w_s)?
         .try_add(&y_emb.try_matmul(&w.out_w_y)?)?
@@ -491,7 +462,7 @@ impl AttentionModel {
         }
         let gold = Array::from_vec(gold, &[t_max * n])?;
         let tmask = Array::from_vec(tmask, &[t_max * n])?.cast(dtype);
-        let table = w.dec1.table(&w.tgt_emb)?;
+        let table = w.dec1.input_gates_table(&w.tgt_emb)?;
         let mut state = enc.init.clone();
         let mut hidden = Vec::with_capacity(t_max);
         for input in &inputs {
@@ -539,7 +510,7 @@ pub struct AttentionScorer {
 impl AttentionScorer {
     fn new(model: &AttentionModel) -> Result<AttentionScorer> {
         let weights = model.weights();
-        let dec1_table = weights.dec1.table(&weights.tgt_emb)?;
+        let dec1_table = weights.dec1.input_gates_table(&weights.tgt_emb)?;
         dec1_table.eval()?;
         Ok(AttentionScorer {
             weights,
