@@ -72,9 +72,9 @@ pub enum Error {
         /// What is wrong and how to fix it.
         message: String,
     },
-    /// Reading or writing a safetensors checkpoint failed.
+    /// Reading or writing a safetensors checkpoint failed (boxed: it is large, and rare).
     #[error(transparent)]
-    Checkpoint(#[from] kiln_optim::Error),
+    Checkpoint(Box<kiln_optim::Error>),
     /// A pickle (a PyTorch checkpoint's `data.pkl`, a pickled vocabulary) that cannot be read.
     #[error("{path}: {source}")]
     Pickle {
@@ -83,6 +83,12 @@ pub enum Error {
         /// What is wrong, with the opcode and its offset.
         source: pickle::PickleError,
     },
+}
+
+impl From<kiln_optim::Error> for Error {
+    fn from(e: kiln_optim::Error) -> Error {
+        Error::Checkpoint(Box::new(e))
+    }
 }
 
 /// `Result` with this crate's [`Error`].
