@@ -1,7 +1,12 @@
 //! The g2p-en grapheme-to-phoneme model (`g2p-en==2.1.0`, Apache-2.0): a GRU encoder over
-//! letters and a GRU decoder over phonemes (hidden 256 in the paper's config, 128 in the
-//! shipped checkpoint; PyTorch gate order r, z, n), read from its `checkpoint20.npz` and run
-//! with kiln as a [`Scorer`].
+//! letters and a GRU decoder over phonemes (embeddings and hidden state of 256 in the shipped
+//! checkpoint, although the package's `g2p.py` comments say 128; PyTorch gate order r, z, n),
+//! read from its `checkpoint20.npz` and run with kiln as a [`Scorer`].
+//!
+//! Also the GRU layer shared with the cn2en and attention models ([`Gru`]). For speed
+//! (docs/performance.md, kiln-beam): g2p's input projections are precomputed per letter and
+//! phoneme at load, so a step gathers rows instead of multiplying, and the hidden GEMM of few
+//! rows runs with the weight on the left (small packing buffers).
 
 use crate::scorer::{Scorer, Step};
 use crate::{read_npz, Error, Result};
@@ -136,8 +141,8 @@ impl Gru {
     /// gate kernel reads the product through a transposed view (a strided gather, and the
     /// small operand `hᵀ` is packed element by element), which grows with the rows. g2p on
     /// one core, measured: at 16 and 64 rows (beam 1 and 4 × 16 words) the transposed form
-    /// decoded ~20 % and ~8 % more words/s (and had no page-fault storms), at 128 and 192
-    /// rows 10–12 % fewer. Same arithmetic per element, bit-identical n-best lists.
+    /// decoded 10–20 % and ~8 % more words/s (and had no page-fault storms), at 128 and 192
+    /// rows 7–13 % fewer. Same arithmetic per element, bit-identical n-best lists.
     fn hidden_gates(&self, h: &Array) -> kiln::Result<Array> {
         if h.shape()
             .first()
