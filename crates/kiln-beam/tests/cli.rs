@@ -4,19 +4,8 @@ mod common;
 use common::translate_cli;
 
 fn model() -> Option<String> {
-    let p = std::path::PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../data/g2p_en/checkpoint20.npz"
-    ));
-    if p.exists() {
-        Some(format!("g2p:{}", p.display()))
-    } else {
-        eprintln!(
-            "skipping: {} is absent (run scripts/fetch-data.sh)",
-            p.display()
-        );
-        None
-    }
+    let p = common::data_file("g2p_en/checkpoint20.npz")?;
+    Some(format!("g2p:{}", p.display()))
 }
 
 #[test]

@@ -12,19 +12,8 @@ use kiln_beam::{decode_parallel, BeamSearch, Cn2En, SearchConfig};
 use std::path::PathBuf;
 
 fn model_dir() -> Option<PathBuf> {
-    let dir = std::env::var_os("KILN_DATA_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../data")));
-    let p = dir.join("cn2en");
-    if p.join("model.pth").exists() {
-        Some(p)
-    } else {
-        eprintln!(
-            "skipping: {} is absent (run scripts/fetch-data.sh)",
-            p.join("model.pth").display()
-        );
-        None
-    }
+    let pth = common::data_file("cn2en/model.pth")?;
+    pth.parent().map(PathBuf::from)
 }
 
 fn tiny_dir() -> PathBuf {

@@ -1,23 +1,13 @@
 //! The real g2p-en model (fetched by `scripts/fetch-data.sh` into `data/`; these tests skip
 //! with a message when it is absent): known outputs from the issue, and the model's errors.
 
+mod common;
+
 use kiln_beam::{BeamSearch, G2p, SearchConfig};
 use std::path::PathBuf;
 
 fn checkpoint() -> Option<PathBuf> {
-    let dir = std::env::var_os("KILN_DATA_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../data")));
-    let p = dir.join("g2p_en/checkpoint20.npz");
-    if p.exists() {
-        Some(p)
-    } else {
-        eprintln!(
-            "skipping: {} is absent (run scripts/fetch-data.sh)",
-            p.display()
-        );
-        None
-    }
+    common::data_file("g2p_en/checkpoint20.npz")
 }
 
 fn config(beam: usize) -> SearchConfig {

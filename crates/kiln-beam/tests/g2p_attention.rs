@@ -15,26 +15,10 @@ fn model_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("models/g2p-attention.safetensors")
 }
 
-fn data(rel: &str) -> Option<PathBuf> {
-    let root = std::env::var("KILN_DATA_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data"));
-    let p = root.join(rel);
-    if p.exists() {
-        Some(p)
-    } else {
-        eprintln!(
-            "skipping: {} is absent (run scripts/fetch-data.sh)",
-            p.display()
-        );
-        None
-    }
-}
-
 /// `n` held-out words spread over the alphabet (every 11th test word: the test split holds
 /// 5,951).
 fn held_out(n: usize) -> Option<Vec<Entry>> {
-    let dict = read_cmudict(data("cmudict/cmudict.dict")?).unwrap();
+    let dict = read_cmudict(common::data_file("cmudict/cmudict.dict")?).unwrap();
     Some(
         dict.into_iter()
             .filter(|e| Split::of(&e.word) == Split::Test)
@@ -63,9 +47,26 @@ fn decode(
     decode_parallel(&src, &search, 32, 2).unwrap()
 }
 
+/// WER and PER of the best outputs against the dictionary (printed with `model`).
+fn rates(hist: &kiln_beam::Histories, words: &[Entry], model: &str) -> kiln_beam::ErrorRates {
+    let pairs: Vec<(Vec<usize>, Vec<usize>)> = hist
+        .best_words(G2p::EOS)
+        .into_iter()
+        .zip(words.iter().map(|e| e.phonemes.clone()))
+        .collect();
+    let r = error_rates(&pairs);
+    eprintln!(
+        "{model}, {} held-out words, greedy: WER {:.3}, PER {:.3}",
+        words.len(),
+        r.wer,
+        r.per
+    );
+    r
+}
+
 #[test]
 fn the_split_is_about_5_percent_test_and_dev() {
-    let Some(path) = data("cmudict/cmudict.dict") else {
+    let Some(path) = common::data_file("cmudict/cmudict.dict") else {
         return;
     };
     let dict = read_cmudict(path).unwrap();
@@ -83,16 +84,7 @@ fn trained_model_transcribes_held_out_words_with_monotone_alignments() {
     let model = AttentionModel::load(model_path()).unwrap();
     let make = || -> kiln_beam::Result<Box<dyn Scorer>> { Ok(Box::new(model.scorer()?)) };
     let hist = decode(&words, &make);
-    let pairs: Vec<(Vec<usize>, Vec<usize>)> = hist
-        .best_words(G2p::EOS)
-        .into_iter()
-        .zip(words.iter().map(|e| e.phonemes.clone()))
-        .collect();
-    let r = error_rates(&pairs);
-    eprintln!(
-        "attention model, 500 held-out words, greedy: WER {:.3}, PER {:.3}",
-        r.wer, r.per
-    );
+    let r = rates(&hist, &words, "attention model");
     assert!(r.per < PER_BOUND, "PER {} (bound {PER_BOUND})", r.per);
     assert!(r.wer < WER_BOUND, "WER {} (bound {WER_BOUND})", r.wer);
     // letters are read left to right: the hard alignment should rarely step backwards
@@ -129,22 +121,13 @@ const MONOTONE_PERCENT: usize = 97;
 
 #[test]
 fn g2p_en_on_the_same_words_for_comparison() {
-    let (Some(words), Some(ckpt)) = (held_out(500), data("g2p_en/checkpoint20.npz")) else {
+    let (Some(words), Some(ckpt)) = (held_out(500), common::data_file("g2p_en/checkpoint20.npz"))
+    else {
         return;
     };
     let make = || -> kiln_beam::Result<Box<dyn Scorer>> { Ok(Box::new(G2p::load(&ckpt)?)) };
-    let hist = decode(&words, &make);
-    let pairs: Vec<(Vec<usize>, Vec<usize>)> = hist
-        .best_words(G2p::EOS)
-        .into_iter()
-        .zip(words.iter().map(|e| e.phonemes.clone()))
-        .collect();
-    let r = error_rates(&pairs);
     // g2p-en was trained on cmudict, most likely on many of these words too: a lower bound
-    eprintln!(
-        "g2p-en, the same 500 words, greedy: WER {:.3}, PER {:.3}",
-        r.wer, r.per
-    );
+    let r = rates(&decode(&words, &make), &words, "g2p-en");
     assert!(r.per < 0.2, "PER {}", r.per);
 }
 
@@ -207,7 +190,7 @@ fn kiln_translate_prints_alignments_and_ensembles_with_g2p_en() {
     assert_eq!(code, 2);
     assert!(err.contains("give ALPHA,BETA"), "{err}");
     // an ensemble with g2p-en: one vocabulary, two feature columns in the n-best list
-    let Some(ckpt) = data("g2p_en/checkpoint20.npz") else {
+    let Some(ckpt) = common::data_file("g2p_en/checkpoint20.npz") else {
         return;
     };
     let g2p = format!("g2p:{}", ckpt.display());

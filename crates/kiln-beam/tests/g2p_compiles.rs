@@ -1,21 +1,15 @@
 //! Decoding 1,000 words of varying length compiles a small, fixed number of graphs (its own
 //! process, so the cache counters see only this). Skips when the g2p-en model is absent.
 
+mod common;
+
 use kiln_beam::{decode_parallel, BeamSearch, G2p, SearchConfig};
 
 #[test]
 fn a_thousand_words_compile_a_bounded_number_of_graphs() {
-    let p = std::path::PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../data/g2p_en/checkpoint20.npz"
-    ));
-    if !p.exists() {
-        eprintln!(
-            "skipping: {} is absent (run scripts/fetch-data.sh)",
-            p.display()
-        );
+    let Some(p) = common::data_file("g2p_en/checkpoint20.npz") else {
         return;
-    }
+    };
     // 1,000 pseudo-words of 1 to 14 letters
     let mut x = 12345u64;
     let words: Vec<Vec<usize>> = (0..1000)

@@ -114,17 +114,8 @@ pub fn save_safetensors(path: impl AsRef<std::path::Path>, params: &[&Parameter]
 /// # Ok::<(), kiln_optim::Error>(())
 /// ```
 pub fn read_safetensors(path: impl AsRef<std::path::Path>) -> Result<Vec<(String, Array)>> {
-    let path = path.as_ref();
-    let shown = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|source| Error::Io {
-        op: "read_safetensors",
-        path: shown.clone(),
-        source,
-    })?;
-    let st = SafeTensors::deserialize(&bytes).map_err(|e| Error::Format {
-        path: shown.clone(),
-        message: e.to_string(),
-    })?;
+    let (shown, bytes) = read_file("read_safetensors", path.as_ref())?;
+    let st = parse(&shown, &bytes)?;
     let mut out = Vec::new();
     for (name, t) in st.iter() {
         let dtype = from_st(t.dtype()).ok_or_else(|| Error::Format {
@@ -143,6 +134,25 @@ pub fn read_safetensors(path: impl AsRef<std::path::Path>) -> Result<Vec<(String
         .collect();
     out.sort_by_key(|(n, _)| offsets.get(n).copied().unwrap_or(usize::MAX));
     Ok(out)
+}
+
+/// A file's bytes and its path as shown in messages.
+fn read_file(op: &'static str, path: &std::path::Path) -> Result<(String, Vec<u8>)> {
+    let shown = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|source| Error::Io {
+        op,
+        path: shown.clone(),
+        source,
+    })?;
+    Ok((shown, bytes))
+}
+
+/// The safetensors header and tensor views of `bytes`.
+fn parse<'a>(shown: &str, bytes: &'a [u8]) -> Result<SafeTensors<'a>> {
+    SafeTensors::deserialize(bytes).map_err(|e| Error::Format {
+        path: shown.to_string(),
+        message: e.to_string(),
+    })
 }
 
 fn from_st(d: Dtype) -> Option<DType> {
@@ -165,17 +175,8 @@ fn from_st(d: Dtype) -> Option<DType> {
 /// assert!(e.to_string().contains("/nonexistent.safetensors"));
 /// ```
 pub fn load_safetensors(path: impl AsRef<std::path::Path>, params: &[&Parameter]) -> Result<()> {
-    let path = path.as_ref();
-    let shown = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|source| Error::Io {
-        op: "load_safetensors",
-        path: shown.clone(),
-        source,
-    })?;
-    let st = SafeTensors::deserialize(&bytes).map_err(|e| Error::Format {
-        path: shown.clone(),
-        message: e.to_string(),
-    })?;
+    let (shown, bytes) = read_file("load_safetensors", path.as_ref())?;
+    let st = parse(&shown, &bytes)?;
     let mut loaded = Vec::with_capacity(params.len());
     for p in params {
         let t = st.tensor(p.name()).map_err(|_| Error::Missing {

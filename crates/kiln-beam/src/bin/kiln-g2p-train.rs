@@ -14,6 +14,8 @@
 //! not improve; the weights of the best dev loss are kept. Prints one JSON line per epoch and one
 //! per evaluated model.
 
+mod common;
+
 use kiln_beam::{
     decode_parallel, error_rates, phoneme_vocab, read_cmudict, AttentionConfig, AttentionModel,
     BeamSearch, Entry, G2p, Scorer, SearchConfig, Split,
@@ -302,17 +304,7 @@ fn train_model(
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let o = match parse(&args) {
-        Ok(o) => o,
-        Err(e) => {
-            if !e.is_empty() {
-                eprintln!("kiln-g2p-train: {e}");
-            }
-            eprintln!("{USAGE}");
-            std::process::exit(if e.is_empty() { 0 } else { 2 });
-        }
-    };
+    let o = common::options_or_exit("kiln-g2p-train", USAGE, parse);
     if let Err(e) = run(&o) {
         eprintln!("kiln-g2p-train: {e}");
         std::process::exit(1);

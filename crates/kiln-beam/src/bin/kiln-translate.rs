@@ -19,6 +19,8 @@
 //! echo phoneme | kiln-translate --model att:crates/kiln-beam/models/g2p-attention.safetensors --alignment hard
 //! ```
 
+mod common;
+
 use kiln_beam::{
     decode_parallel, nbest_lines, phoneme_vocab, AlignmentKind, AttentionModel, BeamSearch, Cn2En,
     G2p, MiniBatch, Scorer, SearchConfig,
@@ -267,17 +269,7 @@ impl Scorer for Weighted {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let o = match parse(&args) {
-        Ok(o) => o,
-        Err(e) => {
-            if !e.is_empty() {
-                eprintln!("kiln-translate: {e}");
-            }
-            eprintln!("{USAGE}");
-            std::process::exit(if e.is_empty() { 0 } else { 2 });
-        }
-    };
+    let o = common::options_or_exit("kiln-translate", USAGE, parse);
     for m in &o.models {
         if !matches!(m.split_once(':'), Some(("g2p" | "cn2en" | "att", _))) {
             eprintln!("kiln-translate: --model {m:?}: expected g2p:PATH, cn2en:DIR or att:PATH");

@@ -1,6 +1,8 @@
-//! Helpers shared by kiln-beam's integration tests.
+//! Helpers shared by kiln-beam's integration tests (each test crate uses some of them).
+#![allow(dead_code)]
 
 use std::io::Write;
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 /// Runs `kiln-translate` with `args`, feeding `input` on stdin: (stdout, stderr, exit code).
@@ -20,4 +22,22 @@ pub fn translate_cli(args: &[&str], input: &[u8]) -> (String, String, i32) {
         String::from_utf8(out.stderr).unwrap(),
         out.status.code().unwrap_or(-1),
     )
+}
+
+/// A file fetched by `scripts/fetch-data.sh` (under `$KILN_DATA_DIR`, default `data/` at the
+/// workspace root), or `None` after printing why the test skips.
+pub fn data_file(rel: &str) -> Option<PathBuf> {
+    let dir = std::env::var_os("KILN_DATA_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../data")));
+    let p = dir.join(rel);
+    if p.exists() {
+        Some(p)
+    } else {
+        eprintln!(
+            "skipping: {} is absent (run scripts/fetch-data.sh)",
+            p.display()
+        );
+        None
+    }
 }
