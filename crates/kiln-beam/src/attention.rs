@@ -219,7 +219,22 @@ impl AttentionModel {
         Ok(AttentionModel { config, params })
     }
 
-    /// Saves the parameters as safetensors (tensor names from [`AttentionConfig::spec`]).
+    /// Saves the parameters as safetensors (tensor names from [`AttentionConfig::spec`]);
+    /// [`AttentionModel::load`] reads them back, sizes included.
+    ///
+    /// ```
+    /// use kiln_beam::{AttentionConfig, AttentionModel};
+    /// let cfg = AttentionConfig { src_vocab: 6, tgt_vocab: 5, emb: 4, enc_hidden: 3,
+    ///     dec_hidden: 4, att_hidden: 3, out_hidden: 3 };
+    /// let m = AttentionModel::init(cfg, 1, kiln::DType::F32)?;
+    /// let path = std::env::temp_dir().join(format!("kiln-att-doc-{}.safetensors", std::process::id()));
+    /// m.save(&path)?;
+    /// let back = AttentionModel::load(&path)?;
+    /// assert_eq!(back.config(), cfg);
+    /// assert_eq!(back.dtype(), kiln::DType::F32);
+    /// # std::fs::remove_file(&path).ok();
+    /// # Ok::<(), kiln_beam::Error>(())
+    /// ```
     pub fn save(&self, path: impl AsRef<std::path::Path>) -> Result<()> {
         let refs: Vec<&Parameter> = self.params.iter().collect();
         Ok(kiln_optim::save_safetensors(path, &refs)?)
@@ -230,7 +245,22 @@ impl AttentionModel {
         self.config
     }
 
-    /// The parameters, in [`AttentionConfig::spec`] order (for an optimizer).
+    /// The parameters, in [`AttentionConfig::spec`] order (for an optimizer). One training
+    /// step:
+    ///
+    /// ```
+    /// use kiln_beam::{AttentionConfig, AttentionModel};
+    /// use kiln_optim::{Adam, Optimizer, Parameter};
+    /// let cfg = AttentionConfig { src_vocab: 6, tgt_vocab: 5, emb: 4, enc_hidden: 3,
+    ///     dec_hidden: 4, att_hidden: 3, out_hidden: 3 };
+    /// let m = AttentionModel::init(cfg, 1, kiln::DType::F32)?;
+    /// let params: Vec<&Parameter> = m.parameters().iter().collect();
+    /// let loss = m.loss(&[vec![3, 4, 2]], &[vec![4, 3]], 2)?;
+    /// let values: Vec<kiln::Array> = params.iter().map(|p| p.value()).collect();
+    /// let grads = kiln::grad(&loss, &values.iter().collect::<Vec<_>>())?;
+    /// Adam::new(1e-3).step(&params, &grads, &[&loss])?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn parameters(&self) -> &[Parameter] {
         &self.params
     }
@@ -488,7 +518,21 @@ impl AttentionModel {
     }
 
     /// A scorer decoding with this model's current weights (a snapshot: later training does
-    /// not change it).
+    /// not change it); every step reports its attention, so hypotheses carry alignments.
+    ///
+    /// ```
+    /// use kiln_beam::{AlignmentKind, AttentionConfig, AttentionModel, BeamSearch, SearchConfig};
+    /// let cfg = AttentionConfig { src_vocab: 6, tgt_vocab: 5, emb: 4, enc_hidden: 3,
+    ///     dec_hidden: 4, att_hidden: 3, out_hidden: 3 };
+    /// let m = AttentionModel::init(cfg, 1, kiln::DType::F32)?;
+    /// let config = SearchConfig { beam: 2, bos: 1, eos: 2, unk: None, ..Default::default() };
+    /// let mut search = BeamSearch::new(vec![Box::new(m.scorer()?)], config);
+    /// let out = search.decode(&[vec![3, 4, 2]])?;
+    /// let best = &out[0].best().unwrap().hyp;
+    /// assert_eq!(best.attentions()[0].len(), 3); // one weight per source token
+    /// let hard = best.alignment(AlignmentKind::Hard, 3, 2);
+    /// # Ok::<(), kiln_beam::Error>(())
+    /// ```
     pub fn scorer(&self) -> Result<AttentionScorer> {
         AttentionScorer::new(self)
     }

@@ -106,7 +106,12 @@ pub fn phoneme_vocab() -> usize {
     (4..).find(|&id| G2p::phoneme(id) == "<unk>").unwrap_or(4)
 }
 
-/// Reads and parses a `cmudict.dict` file.
+/// Reads and parses a `cmudict.dict` file; a missing file is an error that says how to fetch it.
+///
+/// ```
+/// let e = kiln_beam::read_cmudict("/nonexistent/cmudict.dict").unwrap_err();
+/// assert!(e.to_string().contains("scripts/fetch-data.sh"));
+/// ```
 pub fn read_cmudict(path: impl AsRef<std::path::Path>) -> Result<Vec<Entry>> {
     let path = path.as_ref();
     let text = std::fs::read_to_string(path).map_err(|e| Error::Invalid {

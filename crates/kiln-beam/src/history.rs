@@ -257,6 +257,10 @@ impl Histories {
     }
 
     /// The histories as a vector.
+    ///
+    /// ```
+    /// assert_eq!(kiln_beam::Histories::new(3).into_vec().len(), 3);
+    /// ```
     pub fn into_vec(self) -> Vec<History> {
         self.histories
     }
