@@ -6,3 +6,4 @@ pub mod gather;
 pub mod matmul;
 pub mod reduce;
 pub mod scatter;
+mod small_gemm;
