@@ -368,6 +368,18 @@ pub(crate) fn reduce(
     let (kept, red) = split_axes(space.len(), axes);
     let n_out: usize = kept.iter().map(|&a| space[a]).product();
     let r_len: usize = red.iter().map(|&a| space[a]).product();
+    if r_len <= SERIAL_MAX {
+        return reduce_serial(
+            caps,
+            kernel,
+            program,
+            op,
+            (&kept, &red),
+            launch,
+            how,
+            out_dtype,
+        );
+    }
     let chunks = r_len.div_ceil(CHUNK).max(1);
     let mut work = Work {
         dispatches: Vec::new(),
@@ -489,6 +501,69 @@ pub(crate) fn reduce(
         len = next;
     }
     Ok(work)
+}
+
+/// Reductions over at most this many elements per output run one thread per output (a
+/// serial loop) instead of a workgroup per output: rows of a few elements (a softmax over 10
+/// classes, a bias gradient over a small batch) would otherwise keep 256 threads, a barrier
+/// tree and a shared-memory array busy for a handful of additions.
+const SERIAL_MAX: usize = 64;
+
+/// The serial form of [`reduce`]: thread `o` folds output `o`'s elements in order.
+#[allow(clippy::too_many_arguments)]
+fn reduce_serial(
+    caps: &Capabilities,
+    kernel: &Kernel,
+    program: &Program,
+    op: ReduceOp,
+    (kept, red): (&[usize], &[usize]),
+    launch: &Launch<'_>,
+    how: &[In],
+    out_dtype: DType,
+) -> Result<Work> {
+    let space = launch.space.dims();
+    let n_out: usize = kept.iter().map(|&a| space[a]).product();
+    let r_len: usize = red.iter().map(|&a| space[a]).product();
+    let mut g = Gen::new(caps, "wgpu reduce kernel");
+    g.check(out_dtype)?;
+    let st = sty(out_dtype);
+    let mut body = String::from(MAIN_1D);
+    let nout = g.size(n_out)?;
+    let rl = g.size(r_len)?;
+    let _ = writeln!(body, "    let o = (wg.y * nwg.x + wg.x) * {WG}u + li;");
+    let _ = writeln!(body, "    if (o >= {nout}) {{ return; }}");
+    let mut kept_names = Vec::new();
+    reduce_coords(
+        &mut g,
+        &mut body,
+        kernel,
+        space,
+        kept,
+        red,
+        &mut kept_names,
+        0,
+    )?;
+    let id = identity(op, out_dtype);
+    let _ = writeln!(body, "    var acc: {st} = {st}({id});");
+    let _ = writeln!(body, "    for (var r = 0u; r < {rl}; r = r + 1u) {{");
+    let v = prologue_value(
+        &mut g,
+        &mut body,
+        kernel,
+        launch,
+        how,
+        program,
+        (kept, red, &mut kept_names),
+        out_dtype,
+    )?;
+    let c = combine(&mut g, op, out_dtype, "acc", &v);
+    let _ = writeln!(body, "    acc = {c};");
+    body.push_str("    }\n");
+    g.output(0, out_dtype);
+    let _ = writeln!(body, "    o0[o] = acc;");
+    body.push_str("}\n");
+    let groups = (n_out as u64).div_ceil(WG).max(1);
+    Ok(Work::one(finish(g, &body, groups, None)))
 }
 
 /// The shared-memory tree and the store of `acc` (to `{OUT}` at `index`, or at `o`).
