@@ -591,8 +591,9 @@ fn tree_tail(
     Ok(())
 }
 
-/// Argmax/argmin along one axis: a workgroup per output, (value, index) pairs in shared
-/// memory; NaN is the extremum; ties and NaNs go to the lower index.
+/// Argmax/argmin along one axis: a workgroup per output with (value, index) pairs in shared
+/// memory, or a thread per output for rows of at most [`SERIAL_MAX`]; NaN is the extremum;
+/// ties and NaNs go to the lower index.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn arg_reduce(
     caps: &Capabilities,
@@ -612,8 +613,12 @@ pub(crate) fn arg_reduce(
     let vd = program.insts[program.results[0] as usize].dtype;
     g.check(vd)?;
     let st = sty(vd);
-    let _ = writeln!(g.globals, "var<workgroup> kshv: array<{st}, 256>;");
-    let _ = writeln!(g.globals, "var<workgroup> kshi: array<u32, 256>;");
+    // short rows: a thread per output (see SERIAL_MAX); long rows: a workgroup per output
+    let serial = space[axis] <= SERIAL_MAX;
+    if !serial {
+        let _ = writeln!(g.globals, "var<workgroup> kshv: array<{st}, 256>;");
+        let _ = writeln!(g.globals, "var<workgroup> kshi: array<u32, 256>;");
+    }
     let nan = |x: &str| -> String {
         if vd.is_float() {
             format!("k_isnan_{}({x})", vty(vd))
@@ -646,7 +651,11 @@ pub(crate) fn arg_reduce(
     let mut body = String::from(MAIN_1D);
     let nout = g.size(n_out)?;
     let rl = g.size(space[axis])?;
-    let _ = writeln!(body, "    let o = wg.y * nwg.x + wg.x;");
+    if serial {
+        let _ = writeln!(body, "    let o = (wg.y * nwg.x + wg.x) * {WG}u + li;");
+    } else {
+        let _ = writeln!(body, "    let o = wg.y * nwg.x + wg.x;");
+    }
     let _ = writeln!(body, "    let kact = o < {nout};");
     let _ = writeln!(body, "    var bv: {st};");
     let _ = writeln!(body, "    var bi = 0xffffffffu;");
@@ -662,7 +671,11 @@ pub(crate) fn arg_reduce(
         &mut kept_names,
         0,
     )?;
-    let _ = writeln!(body, "    for (var r = li; r < {rl}; r = r + 256u) {{");
+    let (first, step) = if serial { ("0u", "1u") } else { ("li", "256u") };
+    let _ = writeln!(
+        body,
+        "    for (var r = {first}; r < {rl}; r = r + {step}) {{"
+    );
     let v = prologue_value(
         &mut g,
         &mut body,
@@ -679,8 +692,15 @@ pub(crate) fn arg_reduce(
         "    if (k_better(bv, bi, v, r)) {{ bv = v; bi = r; }}"
     );
     body.push_str("    }\n    }\n");
-    body.push_str(
-        "    kshv[li] = bv;
+    if serial {
+        body.push_str(
+            "    if (kact) { o0[o] = select(k_u2l(bi), 0li, bi == 0xffffffffu); }
+}
+",
+        );
+    } else {
+        body.push_str(
+            "    kshv[li] = bv;
     kshi[li] = bi;
     workgroupBarrier();
     for (var s = 128u; s > 0u; s = s >> 1u) {
@@ -693,9 +713,15 @@ pub(crate) fn arg_reduce(
     if (kact && li == 0u) { o0[o] = select(k_u2l(kshi[0]), 0li, kshi[0] == 0xffffffffu); }
 }
 ",
-    );
+        );
+    }
     g.output(0, DType::I64);
-    Ok(Work::one(finish(g, &body, n_out as u64, None)))
+    let groups = if serial {
+        (n_out as u64).div_ceil(WG).max(1)
+    } else {
+        n_out as u64
+    };
+    Ok(Work::one(finish(g, &body, groups, None)))
 }
 
 /// Batched matmul with an optional fused epilogue.
