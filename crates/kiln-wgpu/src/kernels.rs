@@ -615,46 +615,28 @@ pub(crate) fn arg_reduce(
     let st = sty(vd);
     // short rows: a thread per output (see SERIAL_MAX); long rows: a workgroup per output
     let serial = space[axis] <= SERIAL_MAX;
+    // long rows: a workgroup per (output, CHUNK positions), then passes over the partial
+    // (value, index) pairs, as for sums (one workgroup per row would leave the GPU idle)
+    let chunks = if serial {
+        1
+    } else {
+        space[axis].div_ceil(CHUNK).max(1)
+    };
     if !serial {
         let _ = writeln!(g.globals, "var<workgroup> kshv: array<{st}, 256>;");
         let _ = writeln!(g.globals, "var<workgroup> kshi: array<u32, 256>;");
     }
-    let nan = |x: &str| -> String {
-        if vd.is_float() {
-            format!("k_isnan_{}({x})", vty(vd))
-        } else {
-            "false".into()
-        }
-    };
-    if vd.is_float() {
-        g.need("consts", vty(vd));
-    }
-    let cmp = if op == ArgReduceOp::ArgMax { ">" } else { "<" };
-    // b beats a: a empty; or b NaN and a not; or neither NaN and b strictly better; or equal
-    // (or both NaN) and b earlier.
-    let _ = writeln!(
-        g.globals,
-        "fn k_better(av: {st}, ai: u32, bv: {st}, bi: u32) -> bool {{
-    if (bi == 0xffffffffu) {{ return false; }}
-    if (ai == 0xffffffffu) {{ return true; }}
-    let an = {an};
-    let bn = {bn};
-    if (an && !bn) {{ return false; }}
-    if (bn && !an) {{ return true; }}
-    if (an) {{ return bi < ai; }}
-    if (bv {cmp} av) {{ return true; }}
-    return bv == av && bi < ai;
-}}",
-        an = nan("av"),
-        bn = nan("bv"),
-    );
+    emit_better(&mut g, op, vd);
     let mut body = String::from(MAIN_1D);
     let nout = g.size(n_out)?;
     let rl = g.size(space[axis])?;
+    let gch = g.size(chunks)?;
     if serial {
         let _ = writeln!(body, "    let o = (wg.y * nwg.x + wg.x) * {WG}u + li;");
     } else {
-        let _ = writeln!(body, "    let o = wg.y * nwg.x + wg.x;");
+        let _ = writeln!(body, "    let wid = wg.y * nwg.x + wg.x;");
+        let _ = writeln!(body, "    let o = wid / {gch};");
+        let _ = writeln!(body, "    let gi = wid % {gch};");
     }
     let _ = writeln!(body, "    let kact = o < {nout};");
     let _ = writeln!(body, "    var bv: {st};");
@@ -671,11 +653,15 @@ pub(crate) fn arg_reduce(
         &mut kept_names,
         0,
     )?;
-    let (first, step) = if serial { ("0u", "1u") } else { ("li", "256u") };
-    let _ = writeln!(
-        body,
-        "    for (var r = {first}; r < {rl}; r = r + {step}) {{"
-    );
+    if serial {
+        let _ = writeln!(body, "    for (var r = 0u; r < {rl}; r = r + 1u) {{");
+    } else {
+        let _ = writeln!(body, "    let rend = min((gi + 1u) * {CHUNK}u, {rl});");
+        let _ = writeln!(
+            body,
+            "    for (var r = gi * {CHUNK}u + li; r < rend; r = r + 256u) {{"
+        );
+    }
     let v = prologue_value(
         &mut g,
         &mut body,
@@ -699,8 +685,85 @@ pub(crate) fn arg_reduce(
 ",
         );
     } else {
-        body.push_str(
-            "    kshv[li] = bv;
+        arg_tree_tail(&mut body);
+    }
+    let mut work = Work {
+        dispatches: Vec::new(),
+        extras: Vec::new(),
+        index_check: (0, 0),
+    };
+    if chunks > 1 {
+        work.extras.push((vd, n_out * chunks));
+        work.extras.push((DType::I32, n_out * chunks));
+        g.bind(
+            Bind::Extra(0),
+            format!("var<storage, read_write> kpv0: array<{st}>"),
+        );
+        g.bind(
+            Bind::Extra(1),
+            "var<storage, read_write> kpi0: array<u32>".to_string(),
+        );
+        let body = body.replace(
+            "{STORE}",
+            &format!("kpv0[o * {gch} + gi] = kshv[0]; kpi0[o * {gch} + gi] = kshi[0];"),
+        );
+        work.dispatches
+            .push(finish(g, &body, (n_out * chunks) as u64, None));
+        arg_passes(caps, &mut work, n_out, chunks, op, vd)?;
+        return Ok(work);
+    }
+    let body = body.replace(
+        "{STORE}",
+        "o0[o] = select(k_u2l(kshi[0]), 0li, kshi[0] == 0xffffffffu);",
+    );
+    g.output(0, DType::I64);
+    let groups = if serial {
+        (n_out as u64).div_ceil(WG).max(1)
+    } else {
+        n_out as u64
+    };
+    work.dispatches.push(finish(g, &body, groups, None));
+    Ok(work)
+}
+
+/// `k_better(av, ai, bv, bi)`: whether the pair (bv, bi) beats (av, ai) for `op`. An index of
+/// `0xffffffff` marks an empty pair. b beats a: a empty; or b NaN and a not; or neither NaN and
+/// b strictly better; or equal (or both NaN) and b earlier.
+fn emit_better(g: &mut Gen<'_>, op: ArgReduceOp, vd: DType) {
+    let st = sty(vd);
+    let nan = |x: &str| -> String {
+        if vd.is_float() {
+            format!("k_isnan_{}({x})", vty(vd))
+        } else {
+            "false".into()
+        }
+    };
+    if vd.is_float() {
+        g.need("consts", vty(vd));
+    }
+    let cmp = if op == ArgReduceOp::ArgMax { ">" } else { "<" };
+    let _ = writeln!(
+        g.globals,
+        "fn k_better(av: {st}, ai: u32, bv: {st}, bi: u32) -> bool {{
+    if (bi == 0xffffffffu) {{ return false; }}
+    if (ai == 0xffffffffu) {{ return true; }}
+    let an = {an};
+    let bn = {bn};
+    if (an && !bn) {{ return false; }}
+    if (bn && !an) {{ return true; }}
+    if (an) {{ return bi < ai; }}
+    if (bv {cmp} av) {{ return true; }}
+    return bv == av && bi < ai;
+}}",
+        an = nan("av"),
+        bn = nan("bv"),
+    );
+}
+
+/// The shared-memory tree over (value, index) pairs; thread 0 then runs `{STORE}`.
+fn arg_tree_tail(body: &mut String) {
+    body.push_str(
+        "    kshv[li] = bv;
     kshi[li] = bi;
     workgroupBarrier();
     for (var s = 128u; s > 0u; s = s >> 1u) {
@@ -710,18 +773,89 @@ pub(crate) fn arg_reduce(
         }
         workgroupBarrier();
     }
-    if (kact && li == 0u) { o0[o] = select(k_u2l(kshi[0]), 0li, kshi[0] == 0xffffffffu); }
+    if (kact && li == 0u) { {STORE} }
 }
 ",
+    );
+}
+
+/// Passes over `len` partial (value, index) pairs per output (in the last two scratch buffers
+/// of `work`) until one per output is left, which the last pass writes as the i64 result.
+fn arg_passes(
+    caps: &Capabilities,
+    work: &mut Work,
+    n_out: usize,
+    mut len: usize,
+    op: ArgReduceOp,
+    vd: DType,
+) -> Result<()> {
+    let st = sty(vd);
+    let mut src = work.extras.len() - 2;
+    while len > 1 {
+        let next = len.div_ceil(CHUNK);
+        let mut g = Gen::new(caps, "wgpu argreduce kernel");
+        g.need("ext", "u32");
+        emit_better(&mut g, op, vd);
+        let _ = writeln!(g.globals, "var<workgroup> kshv: array<{st}, 256>;");
+        let _ = writeln!(g.globals, "var<workgroup> kshi: array<u32, 256>;");
+        g.bind(
+            Bind::Extra(src),
+            format!("var<storage, read> kpv{src}: array<{st}>"),
         );
+        g.bind(
+            Bind::Extra(src + 1),
+            format!("var<storage, read> kpi{src}: array<u32>"),
+        );
+        let mut body = String::from(MAIN_1D);
+        let nout = g.size(n_out)?;
+        let l = g.size(len)?;
+        let gch = g.size(next)?;
+        let _ = writeln!(body, "    let wid = wg.y * nwg.x + wg.x;");
+        let _ = writeln!(body, "    let o = wid / {gch};");
+        let _ = writeln!(body, "    let gi = wid % {gch};");
+        let _ = writeln!(body, "    let kact = o < {nout};");
+        let _ = writeln!(body, "    var bv: {st};");
+        let _ = writeln!(body, "    var bi = 0xffffffffu;");
+        let _ = writeln!(body, "    if (kact) {{");
+        let _ = writeln!(body, "    let rend = min((gi + 1u) * {CHUNK}u, {l});");
+        let _ = writeln!(
+            body,
+            "    for (var r = gi * {CHUNK}u + li; r < rend; r = r + 256u) {{"
+        );
+        let _ = writeln!(
+            body,
+            "    let v = kpv{src}[o * {l} + r];\n    let vi = kpi{src}[o * {l} + r];"
+        );
+        let _ = writeln!(
+            body,
+            "    if (k_better(bv, bi, v, vi)) {{ bv = v; bi = vi; }}"
+        );
+        body.push_str("    }\n    }\n");
+        arg_tree_tail(&mut body);
+        let store = if next > 1 {
+            work.extras.push((vd, n_out * next));
+            work.extras.push((DType::I32, n_out * next));
+            let t = work.extras.len() - 2;
+            g.bind(
+                Bind::Extra(t),
+                format!("var<storage, read_write> kpv{t}: array<{st}>"),
+            );
+            g.bind(
+                Bind::Extra(t + 1),
+                format!("var<storage, read_write> kpi{t}: array<u32>"),
+            );
+            format!("kpv{t}[o * {gch} + gi] = kshv[0]; kpi{t}[o * {gch} + gi] = kshi[0];")
+        } else {
+            g.output(0, DType::I64);
+            "o0[o] = select(k_u2l(kshi[0]), 0li, kshi[0] == 0xffffffffu);".to_string()
+        };
+        let body = body.replace("{STORE}", &store);
+        work.dispatches
+            .push(finish(g, &body, (n_out * next) as u64, None));
+        src = work.extras.len() - 2;
+        len = next;
     }
-    g.output(0, DType::I64);
-    let groups = if serial {
-        (n_out as u64).div_ceil(WG).max(1)
-    } else {
-        n_out as u64
-    };
-    Ok(Work::one(finish(g, &body, groups, None)))
+    Ok(())
 }
 
 /// Batched matmul with an optional fused epilogue.

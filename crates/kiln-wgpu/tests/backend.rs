@@ -288,3 +288,67 @@ fn gathers_from_generated_tables_and_top_k_match_the_reference() {
         assert_close(g, w, 1e-6);
     }
 }
+
+/// Argmax/argmin over long rows run in several passes over (value, index) partials: the
+/// extremum, ties (the lowest index wins, also across chunk and pass boundaries) and NaN
+/// (the first NaN wins) against a plain loop; short rows take the thread-per-output form.
+#[test]
+fn argmax_and_argmin_over_long_and_short_rows_match_a_plain_loop() {
+    let Some(e) = engine() else { return };
+    // (rows, row length): one 10M row (two passes), rows across the 4,096 chunk, short rows
+    for (rows, len) in [(1usize, 10_000_000usize), (3, 20_000), (5, 4_097), (7, 40)] {
+        for case in 0..3 {
+            let mut v: Vec<f32> = (0..rows * len)
+                .map(|i| ((i * 7919) % 1000) as f32 * 0.001 - 0.5)
+                .collect();
+            for r in 0..rows {
+                let row = &mut v[r * len..(r + 1) * len];
+                match case {
+                    // equal extrema late in the row and in a later chunk: the first must win
+                    0 => {
+                        row[len - 1] = 2.0;
+                        row[len / 2 + r] = 2.0;
+                        row[len - 2] = -2.0;
+                        row[len / 3] = -2.0;
+                    }
+                    // NaN after a larger value: NaN is the extremum
+                    1 => {
+                        row[1] = 3.0;
+                        row[len - 3] = f32::NAN;
+                        row[len - 1] = f32::NAN;
+                    }
+                    _ => {}
+                }
+            }
+            let x = build::data(HostData::from(v.clone()), Shape::from([rows, len])).unwrap();
+            for op in [kiln_ir::ArgReduceOp::ArgMax, kiln_ir::ArgReduceOp::ArgMin] {
+                let y = build::arg_reduce(op, &x, Some(1), false).unwrap();
+                let got = e.evaluate(&[&y]).unwrap();
+                for r in 0..rows {
+                    let row = &v[r * len..(r + 1) * len];
+                    let mut best = 0usize;
+                    for (i, &a) in row.iter().enumerate() {
+                        let b = row[best];
+                        let better = if b.is_nan() {
+                            false
+                        } else if a.is_nan() {
+                            true
+                        } else if op == kiln_ir::ArgReduceOp::ArgMax {
+                            a > b
+                        } else {
+                            a < b
+                        };
+                        if better {
+                            best = i;
+                        }
+                    }
+                    assert_eq!(
+                        got[0].get(r).as_f64() as usize,
+                        best,
+                        "{op:?} of row {r} of [{rows}, {len}], case {case}"
+                    );
+                }
+            }
+        }
+    }
+}
