@@ -3,7 +3,8 @@
 //! A [`Program`] is evaluated over a block of consecutive positions of the kernel's
 //! iteration space at a time: each instruction runs over the whole block, reading its
 //! operands' columns and writing its own typed column (a *register*, [`BLOCK`] elements).
-//! Registers are assigned once per launch with a liveness scan, so a long program touches
+//! Registers (taken from the buffer pool, handed back on drop) are assigned once per launch
+//! with a liveness scan, so a long program touches
 //! only as many columns as it has live values; scalar registers are filled once. A `Load`
 //! of a contiguous buffer view of the right dtype reads the buffer in place (no copy).
 //!
@@ -162,7 +163,9 @@ impl<'p> Interp<'p> {
                 if let Some(p) = free.iter().position(|&r| shared && regs[r].dtype() == dt) {
                     return free.swap_remove(p);
                 }
-                regs.push(TypedVec::zeros(dt, block));
+                // From the process-wide pool (handed back on drop): a launch allocates no
+                // fresh scratch once the pool is warm. Registers are written before read.
+                regs.push(crate::POOL.take(dt, block));
                 regs.len() - 1
             };
         let mut locs = Vec::with_capacity(insts.len());
@@ -330,6 +333,14 @@ impl<'p> Interp<'p> {
     /// Number of results.
     pub fn results(&self) -> usize {
         self.program.results.len()
+    }
+}
+
+impl Drop for Interp<'_> {
+    fn drop(&mut self) {
+        for r in self.regs.drain(..) {
+            crate::POOL.put(r);
+        }
     }
 }
 

@@ -221,7 +221,7 @@ pub fn build<'a>(
                         o.dtype()
                     )));
                 }
-                walk.check(o.len(), &what())?;
+                walk.check(o.len(), format_args!("input {i} ({:?})", input.source))?;
                 SrcKind::Alias(*j)
             }
             (Arg::Virtual, None) => match input.source {
@@ -270,7 +270,7 @@ pub fn build<'a>(
                     d.dtype()
                 )));
             }
-            walk.check(d.len(), &what())?;
+            walk.check(d.len(), format_args!("input {i} ({:?})", input.source))?;
         }
         out.push(Src {
             kind,

@@ -474,7 +474,24 @@ impl TSliceMut<'_> {
 /// differ.
 pub fn copy_cast(src: TSlice<'_>, dst: TSliceMut<'_>) {
     debug_assert_eq!(src.len(), dst.len());
-    with_variant!(src, TSlice, s => with_variant!(dst, TSliceMut, d => cast_into(s, d)))
+    // Same dtype: a plain copy (memcpy), not an element-by-element conversion loop.
+    match (src, dst) {
+        (TSlice::Bool(s), TSliceMut::Bool(d)) => copy_prefix(s, d),
+        (TSlice::I32(s), TSliceMut::I32(d)) => copy_prefix(s, d),
+        (TSlice::I64(s), TSliceMut::I64(d)) => copy_prefix(s, d),
+        (TSlice::F32(s), TSliceMut::F32(d)) => copy_prefix(s, d),
+        (TSlice::F64(s), TSliceMut::F64(d)) => copy_prefix(s, d),
+        (src, dst) => {
+            with_variant!(src, TSlice, s => with_variant!(dst, TSliceMut, d => cast_into(s, d)))
+        }
+    }
+}
+
+/// `dst[i] = src[i]` over the common prefix (as `cast_into` of equal types).
+#[inline]
+fn copy_prefix<T: Copy>(src: &[T], dst: &mut [T]) {
+    let n = src.len().min(dst.len());
+    dst[..n].copy_from_slice(&src[..n]);
 }
 
 #[inline]

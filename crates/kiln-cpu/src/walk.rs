@@ -101,7 +101,8 @@ impl Walk {
     }
 
     /// Checks that every element the walk reaches from `offset` lies in `0..len`.
-    pub fn check_at(&self, offset: isize, len: usize, what: &str) -> Result<()> {
+    /// `what` names the view in the error (formatted only on failure).
+    pub fn check_at(&self, offset: isize, len: usize, what: impl std::fmt::Display) -> Result<()> {
         if self.numel == 0 {
             return Ok(());
         }
@@ -117,7 +118,7 @@ impl Walk {
     }
 
     /// Checks that every element the walk reaches lies in `0..len`.
-    pub fn check(&self, len: usize, what: &str) -> Result<()> {
+    pub fn check(&self, len: usize, what: impl std::fmt::Display) -> Result<()> {
         self.check_at(self.offset, len, what)
     }
 
