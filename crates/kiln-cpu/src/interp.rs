@@ -19,6 +19,7 @@ use crate::typed::{copy_cast, TSlice, TSliceMut, TypedVec};
 use crate::walk::internal;
 use kiln_compiler::{InstOp, Program};
 use kiln_ir::{DType, Result, Scalar};
+use smallvec::SmallVec;
 
 /// Positions per block.
 pub const BLOCK: usize = 1024;
@@ -58,6 +59,9 @@ pub struct Interp<'p> {
     /// Position of element 0 of the `outs` slices passed to [`Interp::eval`] (a thread's
     /// chunk of the outputs): in-place (aliased) inputs read element `p - outs_base`.
     outs_base: usize,
+    /// `(step, j)`: the step computes result `j` straight into output `j`'s block (see
+    /// [`Interp::store_results`]) instead of a register copied out afterwards.
+    stores: SmallVec<[(usize, usize); 2]>,
 }
 
 impl<'p> Interp<'p> {
@@ -213,6 +217,7 @@ impl<'p> Interp<'p> {
             scalar_vals,
             scalars_filled: false,
             outs_base: 0,
+            stores: SmallVec::new(),
         })
     }
 
@@ -221,7 +226,7 @@ impl<'p> Interp<'p> {
     pub fn eval(
         &mut self,
         srcs: &[Src<'_>],
-        outs: &[TSliceMut<'_>],
+        outs: &mut [TSliceMut<'_>],
         start: usize,
         n: usize,
     ) -> Result<()> {
@@ -236,6 +241,12 @@ impl<'p> Interp<'p> {
                     let v = self.scalar_vals[inst].expect("set for scalars");
                     fill_scalar(&mut self.regs[out], v);
                 }
+                continue;
+            }
+            if let Some(&(_, j)) = self.stores.iter().find(|&&(st, _)| st == si) {
+                // Straight into the output block (no tmp: the dtypes agree).
+                let base = start - self.outs_base;
+                self.compute(op, srcs, start, n, outs[j].range(base, base + n))?;
                 continue;
             }
             let target = tmp.unwrap_or(out);
@@ -264,27 +275,7 @@ impl<'p> Interp<'p> {
                     );
                     Ok(())
                 }
-                InstOp::Unary(uop, x) => ops::unary(uop, self.value(x, srcs, start, n), &mut dst),
-                InstOp::Binary(bop, a, b) => ops::binary(
-                    bop,
-                    self.value(a, srcs, start, n),
-                    self.value(b, srcs, start, n),
-                    &mut dst,
-                ),
-                InstOp::Where(c, a, b) => ops::select(
-                    self.value(c, srcs, start, n),
-                    self.value(a, srcs, start, n),
-                    self.value(b, srcs, start, n),
-                    &mut dst,
-                ),
-                InstOp::Cast(x) => {
-                    copy_cast(
-                        self.value(x, srcs, start, n),
-                        dst.as_mut_slice().range(0, n),
-                    );
-                    Ok(())
-                }
-                InstOp::Scalar(_) => unreachable!("handled above"),
+                _ => self.compute(op, srcs, start, n, dst.as_mut_slice().range(0, n)),
             };
             if tmp.is_some() {
                 let mut o = std::mem::take(&mut self.regs[out]);
@@ -296,6 +287,88 @@ impl<'p> Interp<'p> {
         }
         self.scalars_filled = true;
         Ok(())
+    }
+
+    /// Evaluates a unary, binary, `where` or cast instruction over the block into `dst`
+    /// (`n` elements of the instruction's natural dtype).
+    fn compute(
+        &self,
+        op: &InstOp,
+        srcs: &[Src<'_>],
+        start: usize,
+        n: usize,
+        dst: TSliceMut<'_>,
+    ) -> Result<()> {
+        match *op {
+            InstOp::Unary(uop, x) => ops::unary(uop, self.value(x, srcs, start, n), dst),
+            InstOp::Binary(bop, a, b) => ops::binary(
+                bop,
+                self.value(a, srcs, start, n),
+                self.value(b, srcs, start, n),
+                dst,
+            ),
+            InstOp::Where(c, a, b) => ops::select(
+                self.value(c, srcs, start, n),
+                self.value(a, srcs, start, n),
+                self.value(b, srcs, start, n),
+                dst,
+            ),
+            InstOp::Cast(x) => {
+                copy_cast(self.value(x, srcs, start, n), dst);
+                Ok(())
+            }
+            InstOp::Load(_) | InstOp::Acc | InstOp::Scalar(_) => {
+                unreachable!("loads and scalars are handled by eval")
+            }
+        }
+    }
+
+    /// Lets [`Interp::eval`] compute result `j` straight into `outs[j]` (saving the copy
+    /// out of its register) where that is safe: no source reads an output in place (every
+    /// load of a block must precede every store), the result is computed by an
+    /// unary/binary/`where`/cast step of the output's dtype with no conversion, no later
+    /// instruction reads it, and no other result is the same value. Results for which it
+    /// returns true must not be copied out by the caller.
+    pub fn store_results(&mut self, srcs: &[Src<'_>], outs: &[TSliceMut<'_>]) {
+        self.stores.clear();
+        if srcs
+            .iter()
+            .any(|s| matches!(s.kind, crate::source::SrcKind::Alias(_)))
+        {
+            return;
+        }
+        let insts = &self.program.insts;
+        let results = &self.program.results;
+        for (j, &r) in results.iter().enumerate() {
+            let r = r as usize;
+            let Some(out) = outs.get(j) else { continue };
+            let computed = matches!(
+                insts[r].op,
+                InstOp::Unary(..) | InstOp::Binary(..) | InstOp::Where(..) | InstOp::Cast(_)
+            );
+            if !computed || insts[r].dtype != out.dtype() {
+                continue;
+            }
+            if results.iter().filter(|&&x| x as usize == r).count() != 1
+                || insts[r + 1..]
+                    .iter()
+                    .any(|i| operands(&i.op).any(|v| v as usize == r))
+            {
+                continue;
+            }
+            if let Some(si) = self
+                .steps
+                .iter()
+                .position(|st| st.inst == r && st.tmp.is_none())
+            {
+                self.stores.push((si, j));
+            }
+        }
+    }
+
+    /// Whether [`Interp::eval`] writes result `j` into its output itself.
+    pub fn stores_result(&self, j: usize) -> bool {
+        self.stores.iter().any(|&(_, k)| k == j)
     }
 
     /// Sets the position of element 0 of the `outs` slices that [`Interp::eval`] receives.

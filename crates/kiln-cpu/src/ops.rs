@@ -9,7 +9,7 @@
 //!
 //! Depends on [`crate::typed`] and `kiln-ir`.
 
-use crate::typed::{copy_cast, with_variant, Elem, TSlice, TSliceMut, TypedVec};
+use crate::typed::{copy_cast, with_variant, Elem, TSlice, TSliceMut};
 use kiln_ir::{BinaryOp, DType, Error, Result, UnaryOp};
 use std::ops::{Add, Div, Mul, Neg, Sub};
 
@@ -243,10 +243,14 @@ fn lanes() -> bool {
     crate::simd::isa() >= crate::simd::Isa::Sse2
 }
 
-/// The first `n` elements of a register of type `T`.
+/// The first `n` elements of a destination (a register or an output block) of type `T`.
 #[inline]
-pub fn out_mut<T: Elem>(out: &mut TypedVec, n: usize) -> &mut [T] {
-    &mut out.typed_mut::<T>()[..n]
+pub fn out_mut<T: Elem>(out: TSliceMut<'_>, n: usize) -> &mut [T] {
+    let dt = out.dtype();
+    match T::slice_mut(out) {
+        Some(o) => &mut o[..n],
+        None => panic!("kiln-cpu: expected {} storage, found {dt}", T::DTYPE),
+    }
 }
 
 /// The dtype `op` produces for an operand of `dtype`.
@@ -276,7 +280,7 @@ fn unsupported(op: &'static str, dtype: DType) -> Error {
 }
 
 /// `out[..n] = op(x)`; `out` has [`unary_dtype`].
-pub fn unary(op: UnaryOp, x: TSlice<'_>, out: &mut TypedVec) -> Result<()> {
+pub fn unary(op: UnaryOp, x: TSlice<'_>, out: TSliceMut<'_>) -> Result<()> {
     let n = x.len();
     match op {
         UnaryOp::IsNan => {
@@ -381,7 +385,7 @@ pub use kiln_reference::{float_floor_div, float_rem};
 
 /// `out[..n] = op(a, b)`; `out` has [`binary_dtype`]. `a` and `b` have equal dtypes (logical
 /// ops accept any).
-pub fn binary(op: BinaryOp, a: TSlice<'_>, b: TSlice<'_>, out: &mut TypedVec) -> Result<()> {
+pub fn binary(op: BinaryOp, a: TSlice<'_>, b: TSlice<'_>, out: TSliceMut<'_>) -> Result<()> {
     use BinaryOp::*;
     let n = a.len();
     debug_assert_eq!(n, b.len());
@@ -572,7 +576,7 @@ fn binary_int<T: Int>(op: BinaryOp, x: &[T], y: &[T], o: &mut [T]) -> Result<()>
 }
 
 /// `out[..n] = c ? a : b`.
-pub fn select(c: TSlice<'_>, a: TSlice<'_>, b: TSlice<'_>, out: &mut TypedVec) -> Result<()> {
+pub fn select(c: TSlice<'_>, a: TSlice<'_>, b: TSlice<'_>, out: TSliceMut<'_>) -> Result<()> {
     let n = a.len();
     let mut tmp = Vec::new();
     let c = as_bools(c, &mut tmp);
@@ -603,6 +607,7 @@ fn select_typed<T: Copy>(c: &[bool], a: &[T], b: &[T], o: &mut [T]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::typed::TypedVec;
     use kiln_ir::Scalar;
 
     /// Every binary op on a grid of awkward values, against the oracle's scalar definition.
@@ -664,7 +669,7 @@ mod tests {
                         ));
                         let rdt = binary_dtype(op, dt);
                         let mut out = TypedVec::zeros(rdt, 1);
-                        let got = binary(op, a.as_slice(), b.as_slice(), &mut out);
+                        let got = binary(op, a.as_slice(), b.as_slice(), out.as_mut_slice());
                         match want {
                             Err(e) => assert_eq!(got, Err(e), "{op:?} {dt} {p:?} {q:?}"),
                             Ok(w) => {
@@ -724,7 +729,7 @@ mod tests {
                     ));
                     let rdt = unary_dtype(op, dt);
                     let mut out = TypedVec::zeros(rdt, 1);
-                    unary(op, a.as_slice(), &mut out)
+                    unary(op, a.as_slice(), out.as_mut_slice())
                         .unwrap_or_else(|e| panic!("{op:?} {dt}: {e}"));
                     let g = out.into_host(1).get(0);
                     let w = w.cast(rdt);

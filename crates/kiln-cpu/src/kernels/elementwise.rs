@@ -126,13 +126,16 @@ pub fn run_blocks(
     end: usize,
 ) -> Result<()> {
     interp.set_outs_base(start);
+    interp.store_results(srcs, outs);
     let mut s = start;
     while s < end {
         let n = BLOCK.min(end - s);
         interp.eval(srcs, outs, s, n)?;
         let r = s - start;
         for (j, out) in outs.iter_mut().enumerate().take(interp.results()) {
-            copy_cast(interp.result(j, srcs, s, n), out.range(r, r + n));
+            if !interp.stores_result(j) {
+                copy_cast(interp.result(j, srcs, s, n), out.range(r, r + n));
+            }
         }
         s += n;
     }

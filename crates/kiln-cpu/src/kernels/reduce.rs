@@ -410,7 +410,7 @@ fn fold<T: Elem, R: Reducer<T>>(
     let mut s = start;
     while s < end {
         let n = BLOCK.min(end - s);
-        interp.eval(srcs, &[], s, n)?;
+        interp.eval(srcs, &mut [], s, n)?;
         let vals: &[T] = slice_of(interp.result(0, srcs, s, n));
         owalk.runs(s, n, |pos, base, stride, len| {
             let xs = &vals[pos..pos + len];
@@ -496,7 +496,7 @@ fn arg_typed<T: Elem>(
     let mut s = 0;
     while s < numel {
         let n = BLOCK.min(numel - s);
-        interp.eval(srcs, &[], s, n)?;
+        interp.eval(srcs, &mut [], s, n)?;
         let vals: &[T] = slice_of(interp.result(0, srcs, s, n));
         let mut pos = 0;
         while pos < n {
