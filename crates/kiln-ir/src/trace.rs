@@ -333,10 +333,12 @@ impl Layers {
 /// assert_eq!(t.outputs, vec![1, 0]);
 /// ```
 pub fn trace(roots: &[&NodeRef], with_nodes: bool) -> Trace {
-    let mut tokens: Vec<u64> = Vec::with_capacity(512);
+    // Initial capacities stay below 1 KiB: glibc consolidates its fast bins on every larger
+    // request, which cost more than the trace itself for small graphs (both grow as needed).
+    let mut tokens: Vec<u64> = Vec::with_capacity(96);
     let mut bindings = Bindings::default();
     let mut nodes: Vec<TracedNode> = Vec::new();
-    let mut seen: hashbrown::HashMap<*const Node, u32> = hashbrown::HashMap::with_capacity(64);
+    let mut seen: hashbrown::HashMap<*const Node, u32> = hashbrown::HashMap::with_capacity(16);
     let mut outputs = Vec::with_capacity(roots.len());
     let mut count: u32 = 0;
     let mut sym_values: Vec<usize> = Vec::new();
