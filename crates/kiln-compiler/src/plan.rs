@@ -86,7 +86,14 @@ impl Strided {
     /// assert_eq!(&s.strides[..], &[3, 1]);
     /// ```
     pub fn contiguous(shape: Shape) -> Strided {
-        let strides = shape.strides().into_iter().map(|s| s as isize).collect();
+        // Computed in place (no temporary `Vec`: this runs for every view of every launch).
+        let dims = shape.dims();
+        let mut strides: SmallVec<[isize; 4]> = SmallVec::from_elem(0, dims.len());
+        let mut acc = 1isize;
+        for (s, &d) in strides.iter_mut().zip(dims).rev() {
+            *s = acc;
+            acc = acc.wrapping_mul(d as isize);
+        }
         Strided {
             shape,
             strides,
