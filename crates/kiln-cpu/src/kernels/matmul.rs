@@ -384,14 +384,16 @@ impl Gemm {
 }
 
 #[cfg(test)]
-mod tests {
+pub(in crate::kernels) mod tests {
     //! Small enough for Miri, which checks the `unsafe` calls into `matrixmultiply` for
     //! out-of-bounds access and aliasing:
     //! `MIRIFLAGS="-Zmiri-disable-isolation -Zmiri-ignore-leaks" cargo +nightly miri test -p kiln-cpu --lib matmul`
     //! (`num_cpus` reads `/proc`; the gemm thread pool outlives the test).
     use super::*;
 
-    fn naive(g: &Gemm, a: &[f64], b: &[f64]) -> Vec<f64> {
+    /// `C = A·B` of a GEMM description by the definition, in `f64` (also the small-GEMM
+    /// tests' reference).
+    pub(in crate::kernels) fn naive(g: &Gemm, a: &[f64], b: &[f64]) -> Vec<f64> {
         let mut c = vec![0.0; g.m * g.n];
         for i in 0..g.m {
             for j in 0..g.n {

@@ -228,21 +228,8 @@ mod tests {
     //! Every level the machine runs, against an `f64` triple loop, over small shapes with
     //! row-major, transposed, reversed and broadcast operands. Miri runs a subset.
     use super::*;
+    use crate::kernels::matmul::tests::naive;
     use crate::simd::{detected_isa, Isa};
-
-    fn naive(g: &Gemm, a: &[f64], b: &[f64]) -> Vec<f64> {
-        let mut c = vec![0.0; g.m * g.n];
-        for i in 0..g.m {
-            for j in 0..g.n {
-                for p in 0..g.k {
-                    let x = a[(g.aoff + i as isize * g.rsa + p as isize * g.csa) as usize];
-                    let y = b[(g.boff + p as isize * g.rsb + j as isize * g.csb) as usize];
-                    c[i * g.n + j] += x * y;
-                }
-            }
-        }
-        c
-    }
 
     /// The layouts of an `r × s` operand stored in `r·s + 1` elements (one of offset):
     /// row-major, column-major (transposed), rows reversed, columns reversed, and (when
