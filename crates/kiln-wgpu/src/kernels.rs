@@ -395,9 +395,7 @@ pub(crate) fn reduce(
     let nout = g.size(n_out)?;
     let rl = g.size(r_len)?;
     let gch = g.size(chunks)?;
-    let _ = writeln!(body, "    let wid = wg.y * nwg.x + wg.x;");
-    let _ = writeln!(body, "    let o = wid / {gch};");
-    let _ = writeln!(body, "    let gi = wid % {gch};");
+    chunk_split(&mut body, &gch);
     let _ = writeln!(body, "    let kact = o < {nout};");
     let id = identity(op, out_dtype);
     let _ = writeln!(body, "    var acc: {st} = {st}({id});");
@@ -413,11 +411,7 @@ pub(crate) fn reduce(
         &mut kept_names,
         0,
     )?;
-    let _ = writeln!(body, "    let rend = min((gi + 1u) * {CHUNK}u, {rl});");
-    let _ = writeln!(
-        body,
-        "    for (var r = gi * {CHUNK}u + li; r < rend; r = r + 256u) {{"
-    );
+    chunk_loop(&mut body, &rl);
     let v = prologue_value(
         &mut g,
         &mut body,
@@ -473,17 +467,11 @@ pub(crate) fn reduce(
         let nout = g.size(n_out)?;
         let l = g.size(len)?;
         let gch = g.size(next)?;
-        let _ = writeln!(body, "    let wid = wg.y * nwg.x + wg.x;");
-        let _ = writeln!(body, "    let o = wid / {gch};");
-        let _ = writeln!(body, "    let gi = wid % {gch};");
+        chunk_split(&mut body, &gch);
         let _ = writeln!(body, "    let kact = o < {nout};");
         let _ = writeln!(body, "    var acc: {st} = {st}({id});");
         let _ = writeln!(body, "    if (kact) {{");
-        let _ = writeln!(body, "    let rend = min((gi + 1u) * {CHUNK}u, {l});");
-        let _ = writeln!(
-            body,
-            "    for (var r = gi * {CHUNK}u + li; r < rend; r = r + 256u) {{"
-        );
+        chunk_loop(&mut body, &l);
         let c = combine(
             &mut g,
             op,
@@ -566,6 +554,23 @@ fn reduce_serial(
     Ok(Work::one(finish(g, &body, groups, None)))
 }
 
+/// Workgroup `wid` of a chunked pass works on output `o`, chunk `gi` (of `gch` per output).
+fn chunk_split(body: &mut String, gch: &str) {
+    let _ = writeln!(body, "    let wid = wg.y * nwg.x + wg.x;");
+    let _ = writeln!(body, "    let o = wid / {gch};");
+    let _ = writeln!(body, "    let gi = wid % {gch};");
+}
+
+/// The loop of a chunked pass: thread `li` visits positions `r` of chunk `gi` of a row of
+/// `len`, 256 apart (the loop body and its closing brace follow).
+fn chunk_loop(body: &mut String, len: &str) {
+    let _ = writeln!(body, "    let rend = min((gi + 1u) * {CHUNK}u, {len});");
+    let _ = writeln!(
+        body,
+        "    for (var r = gi * {CHUNK}u + li; r < rend; r = r + 256u) {{"
+    );
+}
+
 /// The shared-memory tree and the store of `acc` (to `{OUT}` at `index`, or at `o`).
 fn tree_tail(
     g: &mut Gen<'_>,
@@ -634,9 +639,7 @@ pub(crate) fn arg_reduce(
     if serial {
         let _ = writeln!(body, "    let o = (wg.y * nwg.x + wg.x) * {WG}u + li;");
     } else {
-        let _ = writeln!(body, "    let wid = wg.y * nwg.x + wg.x;");
-        let _ = writeln!(body, "    let o = wid / {gch};");
-        let _ = writeln!(body, "    let gi = wid % {gch};");
+        chunk_split(&mut body, &gch);
     }
     let _ = writeln!(body, "    let kact = o < {nout};");
     let _ = writeln!(body, "    var bv: {st};");
@@ -656,11 +659,7 @@ pub(crate) fn arg_reduce(
     if serial {
         let _ = writeln!(body, "    for (var r = 0u; r < {rl}; r = r + 1u) {{");
     } else {
-        let _ = writeln!(body, "    let rend = min((gi + 1u) * {CHUNK}u, {rl});");
-        let _ = writeln!(
-            body,
-            "    for (var r = gi * {CHUNK}u + li; r < rend; r = r + 256u) {{"
-        );
+        chunk_loop(&mut body, &rl);
     }
     let v = prologue_value(
         &mut g,
@@ -810,18 +809,12 @@ fn arg_passes(
         let nout = g.size(n_out)?;
         let l = g.size(len)?;
         let gch = g.size(next)?;
-        let _ = writeln!(body, "    let wid = wg.y * nwg.x + wg.x;");
-        let _ = writeln!(body, "    let o = wid / {gch};");
-        let _ = writeln!(body, "    let gi = wid % {gch};");
+        chunk_split(&mut body, &gch);
         let _ = writeln!(body, "    let kact = o < {nout};");
         let _ = writeln!(body, "    var bv: {st};");
         let _ = writeln!(body, "    var bi = 0xffffffffu;");
         let _ = writeln!(body, "    if (kact) {{");
-        let _ = writeln!(body, "    let rend = min((gi + 1u) * {CHUNK}u, {l});");
-        let _ = writeln!(
-            body,
-            "    for (var r = gi * {CHUNK}u + li; r < rend; r = r + 256u) {{"
-        );
+        chunk_loop(&mut body, &l);
         let _ = writeln!(
             body,
             "    let v = kpv{src}[o * {l} + r];\n    let vi = kpi{src}[o * {l} + r];"
