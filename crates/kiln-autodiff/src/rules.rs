@@ -188,7 +188,10 @@ fn unary(u: U, x: &NodeRef, y: &NodeRef, g: &NodeRef) -> Result<Option<NodeRef>>
             let one_minus = build::binary_scalar(B::Sub, y, Scalar::Float(1.0), true)?;
             bin(B::Mul, g, &bin(B::Mul, y, &one_minus)?)?
         }
-        U::Relu => masked(&sc(B::Gt, x, 0.0)?, g)?,
+        // y > 0 exactly where x > 0 (NaN and -0.0 included): reading the output leaves the
+        // pre-activation with one consumer, so it fuses into its producer (a matmul's
+        // epilogue computes relu(x @ w + b) in one pass instead of storing x @ w for the mask).
+        U::Relu => masked(&sc(B::Gt, y, 0.0)?, g)?,
         U::Sign | U::Floor | U::Ceil | U::Round | U::IsNan | U::LogicalNot => return Ok(None),
     }))
 }

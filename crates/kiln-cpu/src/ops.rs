@@ -580,7 +580,21 @@ pub fn select(c: TSlice<'_>, a: TSlice<'_>, b: TSlice<'_>, out: TSliceMut<'_>) -
     let n = a.len();
     let mut tmp = Vec::new();
     let c = as_bools(c, &mut tmp);
+    // The lane kernels are branch-free; the scalar level keeps the plain loop.
+    let lanes = lanes();
     match (a, b) {
+        (TSlice::F32(x), TSlice::F32(y)) if lanes => {
+            crate::vmath::select_f32(c, x, y, out_mut(out, n))
+        }
+        (TSlice::F64(x), TSlice::F64(y)) if lanes => {
+            crate::vmath::select_f64(c, x, y, out_mut(out, n))
+        }
+        (TSlice::I32(x), TSlice::I32(y)) if lanes => {
+            crate::vmath::select_i32(c, x, y, out_mut(out, n))
+        }
+        (TSlice::I64(x), TSlice::I64(y)) if lanes => {
+            crate::vmath::select_i64(c, x, y, out_mut(out, n))
+        }
         (TSlice::Bool(x), TSlice::Bool(y)) => select_typed(c, x, y, out_mut(out, n)),
         (TSlice::I32(x), TSlice::I32(y)) => select_typed(c, x, y, out_mut(out, n)),
         (TSlice::I64(x), TSlice::I64(y)) => select_typed(c, x, y, out_mut(out, n)),

@@ -380,3 +380,219 @@ fn scalar_in_an_epilogue() {
     .unwrap();
     check(pb, &[&want], 1e-12);
 }
+
+/// An epilogue over the product `a`, one addend `l` (input 2) and the scalar `s`.
+#[derive(Clone, Copy, Debug)]
+enum Form {
+    // affine: run inside the GEMM as C = α·A@B + β·L for products above the small-GEMM bound
+    APlusL,
+    LPlusA,
+    LMinusAs,
+    AsMinusL,
+    SaPlusL,
+    NegAPlusL,
+    As,
+    AMinusL,
+    // not affine in one GEMM call: the general epilogue
+    ATimesL,
+    APlusLPlusL,
+    AssTwice,
+    APlusS,
+}
+
+impl Form {
+    const ALL: [Form; 12] = [
+        Form::APlusL,
+        Form::LPlusA,
+        Form::LMinusAs,
+        Form::AsMinusL,
+        Form::SaPlusL,
+        Form::NegAPlusL,
+        Form::As,
+        Form::AMinusL,
+        Form::ATimesL,
+        Form::APlusLPlusL,
+        Form::AssTwice,
+        Form::APlusS,
+    ];
+
+    /// The epilogue program (scalar table entry `sc`).
+    fn program(self, dt: DType, sc: u32) -> Program {
+        use BinaryOp::*;
+        let mut p = P::new();
+        let a = p.acc(dt);
+        let l = p.load(2, dt);
+        let s = p.scalar(sc, dt);
+        let r = match self {
+            Form::APlusL => p.bin(Add, a, l),
+            Form::LPlusA => p.bin(Add, l, a),
+            Form::LMinusAs => {
+                let t = p.bin(Mul, a, s);
+                p.bin(Sub, l, t)
+            }
+            Form::AsMinusL => {
+                let t = p.bin(Mul, a, s);
+                p.bin(Sub, t, l)
+            }
+            Form::SaPlusL => {
+                let t = p.bin(Mul, s, a);
+                p.bin(Add, t, l)
+            }
+            Form::NegAPlusL => {
+                let t = p.un(UnaryOp::Neg, a);
+                p.bin(Add, t, l)
+            }
+            Form::As => p.bin(Mul, a, s),
+            Form::AMinusL => p.bin(Sub, a, l),
+            Form::ATimesL => p.bin(Mul, a, l),
+            Form::APlusLPlusL => {
+                let t = p.bin(Add, a, l);
+                p.bin(Add, t, l)
+            }
+            Form::AssTwice => {
+                let t = p.bin(Mul, a, s);
+                p.bin(Mul, t, s)
+            }
+            Form::APlusS => p.bin(Add, a, s),
+        };
+        p.done(&[r])
+    }
+
+    /// The same expression for the reference evaluator.
+    fn node(self, a: &NodeRef, l: &NodeRef, s: f64) -> NodeRef {
+        use BinaryOp::*;
+        let bin = |op, x: &NodeRef, y: &NodeRef| build::binary(op, x, y).unwrap();
+        let sc = |op, x: &NodeRef, rev: bool| {
+            build::binary_scalar(op, x, Scalar::Float(s), rev).unwrap()
+        };
+        match self {
+            Form::APlusL => bin(Add, a, l),
+            Form::LPlusA => bin(Add, l, a),
+            Form::LMinusAs => bin(Sub, l, &sc(Mul, a, false)),
+            Form::AsMinusL => bin(Sub, &sc(Mul, a, false), l),
+            Form::SaPlusL => bin(Add, &sc(Mul, a, true), l),
+            Form::NegAPlusL => bin(Add, &build::unary(UnaryOp::Neg, a).unwrap(), l),
+            Form::As => sc(Mul, a, false),
+            Form::AMinusL => bin(Sub, a, l),
+            Form::ATimesL => bin(Mul, a, l),
+            Form::APlusLPlusL => bin(Add, &bin(Add, a, l), l),
+            Form::AssTwice => sc(Mul, &sc(Mul, a, false), false),
+            Form::APlusS => sc(Add, a, false),
+        }
+    }
+}
+
+#[test]
+fn affine_epilogues_equal_the_reference() {
+    // Every form, f32 and f64, with the addend as a broadcast bias row, a full matrix and a
+    // transposed view, over batched products above the small-GEMM bound (the affine ones run
+    // inside matrixmultiply's C = α·A@B + β·C) and one below it (the general epilogue).
+    let mut seed = 100;
+    for &(batch, m, k, n) in &[(1, 48, 40, 48), (2, 40, 33, 40), (1, 4, 3, 4)] {
+        for dt in [DType::F32, DType::F64] {
+            for form in Form::ALL {
+                for addend in 0..3 {
+                    seed += 10;
+                    let data = |len: usize, sd: u64| match dt {
+                        DType::F32 => f32s(len, sd),
+                        _ => f64s(len, sd),
+                    };
+                    let (a, b) = (
+                        Op::plain(data(batch * m * k, seed), &[batch, m, k]),
+                        Op::plain(data(batch * k * n, seed + 1), &[batch, k, n]),
+                    );
+                    let l = match addend {
+                        0 => Op {
+                            data: data(n, seed + 2),
+                            base: vec![n],
+                            ops: vec![
+                                VOp::Reshape(vec![1, 1, n]),
+                                VOp::Broadcast(vec![batch, m, n]),
+                            ],
+                        },
+                        1 => Op::plain(data(batch * m * n, seed + 2), &[batch, m, n]),
+                        // m == n: the transpose of a [batch, n, m] array
+                        _ => Op {
+                            data: data(batch * m * n, seed + 2),
+                            base: vec![batch, n, m],
+                            ops: vec![VOp::Permute(vec![0, 2, 1])],
+                        },
+                    };
+                    let s = -0.37;
+                    let mm = build::matmul(&a.node(), &b.node()).unwrap();
+                    let want = form.node(&mm, &l.node(), s);
+                    let mut pb = Pb::new();
+                    let sc = pb.scalar(Scalar::Float(s));
+                    let inputs = vec![a.input(&mut pb), b.input(&mut pb), l.input(&mut pb)];
+                    let o = pb.kernel(
+                        KernelKind::MatMul {
+                            epilogue: Some(form.program(dt, sc)),
+                        },
+                        &[batch, m, n],
+                        inputs,
+                        &[(dt, &[batch, m, n])],
+                    );
+                    pb.output(o[0]);
+                    let (rtol, atol) = if dt == DType::F32 {
+                        (1e-5, 1e-5)
+                    } else {
+                        (1e-12, 1e-12)
+                    };
+                    let got = pb.run().unwrap();
+                    let w = reference(&[&want]).unwrap();
+                    eprintln!("{form:?} {dt} addend {addend} {batch}x{m}x{k}x{n}");
+                    assert_close_abs(&got, &w, rtol, atol);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn affine_epilogue_in_place_over_its_addend() {
+    // w = w - s * (a @ b) with the output in w's buffer (an SGD step): the addend is already
+    // in C, so the GEMM accumulates onto it; and the same with the addend transposed (read
+    // through a snapshot, since the output overwrites it).
+    let (m, k, n) = (48, 40, 48);
+    for transposed in [false, true] {
+        let (ad, bd, wd) = (f32s(m * k, 30), f32s(k * n, 31), f32s(m * n, 32));
+        let mut pb = Pb::new();
+        let sc = pb.scalar(Scalar::Float(0.01));
+        let wi = pb.param(wd.clone(), &[m, n], &[]);
+        let w0 = pb.kernel(
+            KernelKind::Elementwise {
+                program: load_only(DType::F32),
+            },
+            &[m, n],
+            vec![wi],
+            &[(DType::F32, &[m, n])],
+        )[0];
+        let view = if transposed {
+            vec![VOp::Permute(vec![1, 0])]
+        } else {
+            vec![]
+        };
+        let inputs = vec![
+            pb.param(ad.clone(), &[m, k], &[]),
+            pb.param(bd.clone(), &[k, n], &[]),
+            pb.slot(w0, &view),
+        ];
+        let out = pb.kernel_over(
+            KernelKind::MatMul {
+                epilogue: Some(Form::LMinusAs.program(DType::F32, sc)),
+            },
+            &[m, n],
+            inputs,
+            (DType::F32, &[m, n]),
+            w0,
+        );
+        pb.output(out);
+        let mut wn = node(wd, &[m, n]);
+        if transposed {
+            wn = build::permute(&wn, &[1, 0]).unwrap();
+        }
+        let mm = build::matmul(&node(ad, &[m, k]), &node(bd, &[k, n])).unwrap();
+        let want = Form::LMinusAs.node(&mm, &wn, 0.01);
+        check_abs(pb, &[&want], 1e-5, 1e-6);
+    }
+}

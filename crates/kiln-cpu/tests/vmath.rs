@@ -168,3 +168,66 @@ fn vectorised_math_meets_its_error_bounds_at_every_isa_level() {
         check(level, &xs);
     }
 }
+
+#[test]
+fn branch_free_select_is_exact_at_every_isa_level() {
+    // Every bit pattern kept (NaN payloads, -0.0, subnormals, extremes), lengths around the
+    // vector widths (tails), and the shortest of the four slices bounding the work.
+    let f32s = [
+        0.0f32,
+        -0.0,
+        1.5,
+        f32::from_bits(0x7fc0_1234),
+        f32::from_bits(0xffa0_0001),
+        f32::MIN_POSITIVE / 4.0,
+        f32::INFINITY,
+        f32::MIN,
+    ];
+    let f64s = [
+        0.0f64,
+        -0.0,
+        -2.5,
+        f64::from_bits(0x7ff8_0000_dead_beef),
+        f64::MIN_POSITIVE / 8.0,
+        f64::NEG_INFINITY,
+    ];
+    for level in Isa::ALL {
+        if level > detected_isa() {
+            continue;
+        }
+        assert_eq!(set_isa(level), level);
+        for n in [0usize, 1, 7, 15, 16, 17, 33, 64, 100] {
+            let c: Vec<bool> = (0..n).map(|i| (i * 7 + n) % 3 == 0).collect();
+            let pick = |i: usize, c: bool| if c { i } else { i + 3 };
+            let a32: Vec<f32> = (0..n).map(|i| f32s[i % f32s.len()]).collect();
+            let b32: Vec<f32> = (0..n).map(|i| f32s[(i + 3) % f32s.len()]).collect();
+            let mut o = vec![9.0f32; n + 2];
+            vmath::select_f32(&c, &a32, &b32, &mut o);
+            for i in 0..n {
+                let want = f32s[pick(i, c[i]) % f32s.len()].to_bits();
+                assert_eq!(o[i].to_bits(), want, "f32 at {level:?}, n {n}, i {i}");
+            }
+            assert_eq!(&o[n..], &[9.0, 9.0], "f32 at {level:?}: wrote past the inputs");
+            let a64: Vec<f64> = (0..n).map(|i| f64s[i % f64s.len()]).collect();
+            let b64: Vec<f64> = (0..n).map(|i| f64s[(i + 3) % f64s.len()]).collect();
+            let mut o = vec![0.0f64; n];
+            vmath::select_f64(&c, &a64, &b64, &mut o);
+            for i in 0..n {
+                let want = f64s[pick(i, c[i]) % f64s.len()].to_bits();
+                assert_eq!(o[i].to_bits(), want, "f64 at {level:?}, n {n}, i {i}");
+            }
+            let ai: Vec<i32> = (0..n as i32).map(|i| i32::MIN + i).collect();
+            let bi: Vec<i32> = (0..n as i32).map(|i| -i).collect();
+            let mut o = vec![0i32; n];
+            vmath::select_i32(&c, &ai, &bi, &mut o);
+            let want: Vec<i32> = (0..n).map(|i| if c[i] { ai[i] } else { bi[i] }).collect();
+            assert_eq!(o, want, "i32 at {level:?}");
+            let al: Vec<i64> = (0..n as i64).map(|i| i64::MAX - i).collect();
+            let bl: Vec<i64> = (0..n as i64).map(|i| i << 40).collect();
+            let mut o = vec![0i64; n];
+            vmath::select_i64(&c, &al, &bl, &mut o);
+            let want: Vec<i64> = (0..n).map(|i| if c[i] { al[i] } else { bl[i] }).collect();
+            assert_eq!(o, want, "i64 at {level:?}");
+        }
+    }
+}

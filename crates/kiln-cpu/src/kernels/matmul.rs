@@ -2,7 +2,9 @@
 //! `matrixmultiply` takes arbitrary row/column strides, including 0 and negative), then the
 //! optional epilogue run elementwise over the product. Float products with few rows or few
 //! multiply-adds ([`Gemm::small`]) go to [`small_gemm`] instead, which neither packs the
-//! right operand into a fresh buffer nor starts threads.
+//! right operand into a fresh buffer nor starts threads. An epilogue affine in the product
+//! (`α·acc ± L`: a bias add, an SGD step, a scaling; [`Affine`]) runs inside the GEMM
+//! instead, as `C = α·A@B + β·C` with `C` prefilled from `L`, for products above that bound.
 
 use super::elementwise::{check_outputs, run_space};
 use super::small_gemm;
@@ -12,8 +14,8 @@ use crate::ops::Int;
 use crate::source::{self, AliasPolicy, Src, SrcKind};
 use crate::typed::{copy_cast, TSlice, TSliceMut, TypedVec};
 use crate::walk::{internal, Walk};
-use kiln_compiler::{Arg, Kernel, Launch, Program, Strided};
-use kiln_ir::Result;
+use kiln_compiler::{Arg, InstOp, Kernel, Launch, Program, Strided};
+use kiln_ir::{BinaryOp, DType, Result, Scalar, UnaryOp};
 use smallvec::SmallVec;
 
 /// One operand: its data with the strides and offset of its `[.., rows, cols]` view.
@@ -93,19 +95,57 @@ pub fn run(
 
     match epilogue {
         None if outputs[0].dtype() == dt => {
-            product(&dims, &a, &b, outputs[0].as_mut_slice().range(0, numel));
+            product(
+                &dims,
+                &a,
+                &b,
+                outputs[0].as_mut_slice().range(0, numel),
+                None,
+            );
             Ok(())
         }
         None => {
             let mut tmp = pool.take(dt, numel);
-            product(&dims, &a, &b, tmp.as_mut_slice());
+            product(&dims, &a, &b, tmp.as_mut_slice(), None);
             copy_cast(tmp.as_slice(), outputs[0].as_mut_slice().range(0, numel));
             pool.put(tmp);
             Ok(())
         }
         Some(program) => {
+            let packed = !Gemm::shape_only(m, k, n).small();
+            if let Some(aff) = (k > 0 && packed && outputs[0].dtype() == dt)
+                .then(|| Affine::of(program, dt, launch.scalars, srcs.len()))
+                .flatten()
+            {
+                // C ← β·L first (in place when L is the output itself), then C ← α·A@B + C.
+                let beta = match aff.load {
+                    Some((i, beta)) => {
+                        let src = &srcs[i];
+                        let identical = matches!(src.kind, SrcKind::Alias(0))
+                            && src.walk.contiguous_offset() == Some(0);
+                        if !identical {
+                            let mut out = outputs[0].as_mut_slice();
+                            src.read_own(0, out.range(0, numel), &[]);
+                        }
+                        beta
+                    }
+                    None => 0.0,
+                };
+                let coefs = Coefs {
+                    alpha: aff.alpha,
+                    beta,
+                };
+                product(
+                    &dims,
+                    &a,
+                    &b,
+                    outputs[0].as_mut_slice().range(0, numel),
+                    Some(coefs),
+                );
+                return Ok(());
+            }
             let mut tmp = pool.take(dt, numel);
-            product(&dims, &a, &b, tmp.as_mut_slice());
+            product(&dims, &a, &b, tmp.as_mut_slice(), None);
             let result = epilogue_run(program, launch, &srcs, &tmp, outputs, numel);
             pool.put(tmp);
             result
@@ -163,6 +203,97 @@ fn operand<'a>(src: &Src<'a>, view: &Strided, mat: Option<&'a TypedVec>) -> Oper
     }
 }
 
+/// `C = α·A@B + β·C` (`matrixmultiply`'s contract).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Coefs {
+    alpha: f64,
+    beta: f64,
+}
+
+/// An epilogue that is affine in the product: `α·acc + β·L` with `L` one input (any view:
+/// a broadcast bias, the previous value of a parameter) or absent, and `α`, `β` constants or
+/// run-time scalars. Such an epilogue runs inside the GEMM (`C` prefilled with `L`, then
+/// `C = α·A@B + β·C`): no product buffer, no second pass over it (`x @ w + b`, an SGD step
+/// `w - lr * (xᵀ @ g)`, `(a @ b) * s`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Affine {
+    alpha: f64,
+    /// Input index and its coefficient.
+    load: Option<(usize, f64)>,
+}
+
+impl Affine {
+    /// Recognises `program` (one result, every value of dtype `dt`, float) as affine; `nsrc`
+    /// is the number of kernel inputs (the product is `InstOp::Acc`).
+    fn of(program: &Program, dt: DType, scalars: &[Scalar], nsrc: usize) -> Option<Affine> {
+        if !matches!(dt, DType::F32 | DType::F64) || program.results.len() != 1 {
+            return None;
+        }
+        // Per value: a constant, or a linear form α·acc + β·L (`scaled`: a multiplication
+        // already applied; one is allowed, so the rounding is the epilogue's: `α·acc` rounded
+        // once, then `± L`).
+        #[derive(Clone, Copy)]
+        enum V {
+            Const(f64),
+            Lin(f64, Option<(usize, f64)>, bool),
+        }
+        let round = |x: f64| if dt == DType::F32 { x as f32 as f64 } else { x };
+        let mut vals: Vec<V> = Vec::with_capacity(program.insts.len());
+        for inst in &program.insts {
+            if inst.dtype != dt {
+                return None;
+            }
+            let at = |i: u32| vals.get(i as usize).copied();
+            let v = match inst.op {
+                InstOp::Acc => V::Lin(1.0, None, false),
+                InstOp::Load(i) if (2..nsrc).contains(&(i as usize)) => {
+                    V::Lin(0.0, Some((i as usize, 1.0)), false)
+                }
+                InstOp::Scalar(j) => V::Const(round(scalars.get(j as usize)?.as_f64())),
+                InstOp::Unary(UnaryOp::Neg, x) => match at(x)? {
+                    V::Const(c) => V::Const(-c),
+                    V::Lin(a, l, m) => V::Lin(-a, l.map(|(i, b)| (i, -b)), m),
+                },
+                InstOp::Binary(op @ (BinaryOp::Add | BinaryOp::Sub), x, y) => {
+                    let sign = if op == BinaryOp::Sub { -1.0 } else { 1.0 };
+                    match (at(x)?, at(y)?) {
+                        // The product once, added to one input at most once.
+                        (V::Lin(a1, l1, m1), V::Lin(a2, l2, m2)) if a1 == 0.0 || a2 == 0.0 => {
+                            let l = match (l1, l2) {
+                                (l, None) => l,
+                                (None, Some((i, b))) => Some((i, sign * b)),
+                                // Two inputs (or one twice): not one prefill.
+                                (Some(_), Some(_)) => return None,
+                            };
+                            V::Lin(a1 + sign * a2, l, m1 || m2)
+                        }
+                        _ => return None,
+                    }
+                }
+                InstOp::Binary(BinaryOp::Mul, x, y) => match (at(x)?, at(y)?) {
+                    (V::Const(c), V::Lin(a, None, false))
+                    | (V::Lin(a, None, false), V::Const(c)) => V::Lin(a * c, None, true),
+                    _ => return None,
+                },
+                _ => return None,
+            };
+            vals.push(v);
+        }
+        match vals.get(program.results[0] as usize)? {
+            // Only forms whose rounding matches the epilogue's: one scale of the product
+            // (±1 or the scalar) and ±L, each computed once.
+            V::Lin(alpha, load, _) if *alpha != 0.0 => {
+                let ok_beta = load.is_none_or(|(_, b)| b == 1.0 || b == -1.0);
+                ok_beta.then_some(Affine {
+                    alpha: *alpha,
+                    load: *load,
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
 struct Dims<'a> {
     batch: &'a [usize],
     m: usize,
@@ -170,8 +301,9 @@ struct Dims<'a> {
     n: usize,
 }
 
-/// `c = a @ b` for every batch index (`c` contiguous `[.., m, n]`).
-fn product(d: &Dims<'_>, a: &Operand<'_>, b: &Operand<'_>, c: TSliceMut<'_>) {
+/// `c = a @ b` for every batch index (`c` contiguous `[.., m, n]`), or `c = α·a @ b + β·c`
+/// for float products given `Some(Coefs)` (products [`Gemm::small`] never get them).
+fn product(d: &Dims<'_>, a: &Operand<'_>, b: &Operand<'_>, c: TSliceMut<'_>, coefs: Option<Coefs>) {
     let (m, k, n) = (d.m, d.k, d.n);
     let mn = m * n;
     if mn == 0 {
@@ -197,8 +329,14 @@ fn product(d: &Dims<'_>, a: &Operand<'_>, b: &Operand<'_>, c: TSliceMut<'_>) {
             csb,
         };
         match (a.data, b.data, c.range(t * mn, (t + 1) * mn)) {
-            (TSlice::F32(x), TSlice::F32(y), TSliceMut::F32(z)) => g.sgemm(x, y, z),
-            (TSlice::F64(x), TSlice::F64(y), TSliceMut::F64(z)) => g.dgemm(x, y, z),
+            (TSlice::F32(x), TSlice::F32(y), TSliceMut::F32(z)) => match coefs {
+                Some(f) => g.packed_sgemm_into(x, y, z, f.alpha as f32, f.beta as f32),
+                None => g.sgemm(x, y, z),
+            },
+            (TSlice::F64(x), TSlice::F64(y), TSliceMut::F64(z)) => match coefs {
+                Some(f) => g.packed_dgemm_into(x, y, z, f.alpha, f.beta),
+                None => g.dgemm(x, y, z),
+            },
             (TSlice::I32(x), TSlice::I32(y), TSliceMut::I32(z)) => {
                 g.naive(x, y, z, 0, |c, a, b| c.wadd(a.wmul(b)))
             }
@@ -289,10 +427,34 @@ impl Gemm {
         }
     }
 
+    /// A description with only the sizes set (for [`Self::small`]).
+    fn shape_only(m: usize, k: usize, n: usize) -> Gemm {
+        Gemm {
+            m,
+            k,
+            n,
+            aoff: 0,
+            rsa: 0,
+            csa: 0,
+            boff: 0,
+            rsb: 0,
+            csb: 0,
+        }
+    }
+
     /// [`Self::sgemm`] through `matrixmultiply`, whatever the size.
     fn packed_sgemm(&self, a: &[f32], b: &[f32], c: &mut [f32]) {
+        self.packed_sgemm_into(a, b, c, 1.0, 0.0)
+    }
+
+    /// `c = alpha·a@b + beta·c` through `matrixmultiply` (`beta == 0`: `c` is only written).
+    fn packed_sgemm_into(&self, a: &[f32], b: &[f32], c: &mut [f32], alpha: f32, beta: f32) {
         if self.k == 0 {
-            c.fill(0.0);
+            if beta == 0.0 {
+                c.fill(0.0);
+            } else {
+                c.iter_mut().for_each(|x| *x *= beta);
+            }
             return;
         }
         self.check(a.len(), b.len(), c.len());
@@ -301,20 +463,21 @@ impl Gemm {
         // `boff + p*rsb + j*csb` (p < k, j < n) an index into `b`, and that `c` has exactly
         // m*n elements written with row stride n and column stride 1 (no two alias). So the
         // base pointers are in bounds (m, k, n > 0 here) and sgemm reads and writes only
-        // inside the three slices. `c` is a unique borrow, disjoint from `a` and `b`.
+        // inside the three slices (reading `c` too when `beta != 0`: its m*n elements are
+        // initialised). `c` is a unique borrow, disjoint from `a` and `b`.
         unsafe {
             matrixmultiply::sgemm(
                 self.m,
                 self.k,
                 self.n,
-                1.0,
+                alpha,
                 a.as_ptr().offset(self.aoff),
                 self.rsa,
                 self.csa,
                 b.as_ptr().offset(self.boff),
                 self.rsb,
                 self.csb,
-                0.0,
+                beta,
                 c.as_mut_ptr(),
                 self.n as isize,
                 1,
@@ -333,8 +496,17 @@ impl Gemm {
 
     /// [`Self::dgemm`] through `matrixmultiply`, whatever the size.
     fn packed_dgemm(&self, a: &[f64], b: &[f64], c: &mut [f64]) {
+        self.packed_dgemm_into(a, b, c, 1.0, 0.0)
+    }
+
+    /// [`Self::packed_sgemm_into`] for `f64`.
+    fn packed_dgemm_into(&self, a: &[f64], b: &[f64], c: &mut [f64], alpha: f64, beta: f64) {
         if self.k == 0 {
-            c.fill(0.0);
+            if beta == 0.0 {
+                c.fill(0.0);
+            } else {
+                c.iter_mut().for_each(|x| *x *= beta);
+            }
             return;
         }
         self.check(a.len(), b.len(), c.len());
@@ -344,14 +516,14 @@ impl Gemm {
                 self.m,
                 self.k,
                 self.n,
-                1.0,
+                alpha,
                 a.as_ptr().offset(self.aoff),
                 self.rsa,
                 self.csa,
                 b.as_ptr().offset(self.boff),
                 self.rsb,
                 self.csb,
-                0.0,
+                beta,
                 c.as_mut_ptr(),
                 self.n as isize,
                 1,
