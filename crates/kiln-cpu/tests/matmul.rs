@@ -393,7 +393,12 @@ enum Form {
     NegAPlusL,
     As,
     AMinusL,
+    // an affine part, then more run over the GEMM's output in place
+    ReluAPlusL,
+    SquareOfAPlusL,
+    WhereAPlusLGtS,
     // not affine in one GEMM call: the general epilogue
+    APlusLTimesA,
     ATimesL,
     APlusLPlusL,
     AssTwice,
@@ -401,7 +406,11 @@ enum Form {
 }
 
 impl Form {
-    const ALL: [Form; 12] = [
+    const ALL: [Form; 16] = [
+        Form::ReluAPlusL,
+        Form::SquareOfAPlusL,
+        Form::WhereAPlusLGtS,
+        Form::APlusLTimesA,
         Form::APlusL,
         Form::LPlusA,
         Form::LMinusAs,
@@ -444,6 +453,23 @@ impl Form {
             }
             Form::As => p.bin(Mul, a, s),
             Form::AMinusL => p.bin(Sub, a, l),
+            Form::ReluAPlusL => {
+                let t = p.bin(Add, a, l);
+                p.un(UnaryOp::Relu, t)
+            }
+            Form::SquareOfAPlusL => {
+                let t = p.bin(Add, a, l);
+                p.bin(Mul, t, t)
+            }
+            Form::WhereAPlusLGtS => {
+                let t = p.bin(Add, a, l);
+                let c = p.bin(Gt, t, s);
+                p.wh(c, t, s)
+            }
+            Form::APlusLTimesA => {
+                let t = p.bin(Add, a, l);
+                p.bin(Mul, t, a)
+            }
             Form::ATimesL => p.bin(Mul, a, l),
             Form::APlusLPlusL => {
                 let t = p.bin(Add, a, l);
@@ -474,6 +500,18 @@ impl Form {
             Form::NegAPlusL => bin(Add, &build::unary(UnaryOp::Neg, a).unwrap(), l),
             Form::As => sc(Mul, a, false),
             Form::AMinusL => bin(Sub, a, l),
+            Form::ReluAPlusL => build::unary(UnaryOp::Relu, &bin(Add, a, l)).unwrap(),
+            Form::SquareOfAPlusL => {
+                let t = bin(Add, a, l);
+                bin(Mul, &t, &t)
+            }
+            Form::WhereAPlusLGtS => {
+                let t = bin(Add, a, l);
+                let s = build::scalar(Scalar::Float(s), t.dtype());
+                let c = build::binary(Gt, &t, &s).unwrap();
+                build::where_(&c, &t, &s).unwrap()
+            }
+            Form::APlusLTimesA => bin(Mul, &bin(Add, a, l), a),
             Form::ATimesL => bin(Mul, a, l),
             Form::APlusLPlusL => bin(Add, &bin(Add, a, l), l),
             Form::AssTwice => sc(Mul, &sc(Mul, a, false), false),

@@ -207,7 +207,11 @@ fn branch_free_select_is_exact_at_every_isa_level() {
                 let want = f32s[pick(i, c[i]) % f32s.len()].to_bits();
                 assert_eq!(o[i].to_bits(), want, "f32 at {level:?}, n {n}, i {i}");
             }
-            assert_eq!(&o[n..], &[9.0, 9.0], "f32 at {level:?}: wrote past the inputs");
+            assert_eq!(
+                &o[n..],
+                &[9.0, 9.0],
+                "f32 at {level:?}: wrote past the inputs"
+            );
             let a64: Vec<f64> = (0..n).map(|i| f64s[i % f64s.len()]).collect();
             let b64: Vec<f64> = (0..n).map(|i| f64s[(i + 3) % f64s.len()]).collect();
             let mut o = vec![0.0f64; n];

@@ -4,7 +4,9 @@
 //! multiply-adds ([`Gemm::small`]) go to [`small_gemm`] instead, which neither packs the
 //! right operand into a fresh buffer nor starts threads. An epilogue affine in the product
 //! (`α·acc ± L`: a bias add, an SGD step, a scaling; [`Affine`]) runs inside the GEMM
-//! instead, as `C = α·A@B + β·C` with `C` prefilled from `L`, for products above that bound.
+//! instead, as `C = α·A@B + β·C` with `C` prefilled from `L`, for products above that bound;
+//! what follows the affine part (the `relu` of `relu(x @ w + b)`) then runs over `C` in
+//! place, without a separate product buffer.
 
 use super::elementwise::{check_outputs, run_space};
 use super::small_gemm;
@@ -113,11 +115,12 @@ pub fn run(
         }
         Some(program) => {
             let packed = !Gemm::shape_only(m, k, n).small();
-            if let Some(aff) = (k > 0 && packed && outputs[0].dtype() == dt)
-                .then(|| Affine::of(program, dt, launch.scalars, srcs.len()))
+            if let Some((aff, rest)) = (k > 0 && packed && outputs[0].dtype() == dt)
+                .then(|| Affine::split(program, dt, launch.scalars, srcs.len()))
                 .flatten()
             {
-                // C ← β·L first (in place when L is the output itself), then C ← α·A@B + C.
+                // C ← β·L first (in place when L is the output itself), then C ← α·A@B + C,
+                // then the rest of the epilogue over C in place.
                 let beta = match aff.load {
                     Some((i, beta)) => {
                         let src = &srcs[i];
@@ -135,37 +138,44 @@ pub fn run(
                     alpha: aff.alpha,
                     beta,
                 };
-                product(
-                    &dims,
-                    &a,
-                    &b,
-                    outputs[0].as_mut_slice().range(0, numel),
-                    Some(coefs),
-                );
-                return Ok(());
+                let mut c = outputs[0].as_mut_slice();
+                product(&dims, &a, &b, c.range(0, numel), Some(coefs));
+                return match rest {
+                    None => Ok(()),
+                    Some(rest) => epilogue_run(&rest, launch, &srcs, None, outputs, numel),
+                };
             }
             let mut tmp = pool.take(dt, numel);
             product(&dims, &a, &b, tmp.as_mut_slice(), None);
-            let result = epilogue_run(program, launch, &srcs, &tmp, outputs, numel);
+            let result = epilogue_run(program, launch, &srcs, Some(&tmp), outputs, numel);
             pool.put(tmp);
             result
         }
     }
 }
 
+/// Runs `program` over the product: `acc` holds it, or (`None`) output 0 does already and
+/// the program reads it in place.
 fn epilogue_run(
     program: &Program,
     launch: &Launch<'_>,
     srcs: &[Src<'_>],
-    acc: &TypedVec,
+    acc: Option<&TypedVec>,
     outputs: &mut [CpuBuffer],
     numel: usize,
 ) -> Result<()> {
     let mut esrcs: Vec<Src<'_>> = srcs.to_vec();
-    esrcs.push(Src {
-        kind: SrcKind::Data(acc.as_slice()),
-        dtype: acc.dtype(),
-        walk: Walk::contiguous(numel, 0),
+    esrcs.push(match acc {
+        Some(acc) => Src {
+            kind: SrcKind::Data(acc.as_slice()),
+            dtype: acc.dtype(),
+            walk: Walk::contiguous(numel, 0),
+        },
+        None => Src {
+            kind: SrcKind::Alias(0),
+            dtype: outputs[0].dtype(),
+            walk: Walk::contiguous(numel, 0),
+        },
     });
     let mut interp = Interp::new(program, &esrcs, Some(srcs.len()), launch.scalars, numel)?;
     if interp.results() != 1 {
@@ -223,74 +233,140 @@ struct Affine {
 }
 
 impl Affine {
-    /// Recognises `program` (one result, every value of dtype `dt`, float) as affine; `nsrc`
-    /// is the number of kernel inputs (the product is `InstOp::Acc`).
-    fn of(program: &Program, dt: DType, scalars: &[Scalar], nsrc: usize) -> Option<Affine> {
+    /// Finds the affine part of an epilogue (`dt` float, one result; `nsrc` kernel inputs,
+    /// the product is `InstOp::Acc`): the value `α·acc + β·L` that the product flows into
+    /// before anything else touches it. Returns it with the rest of the epilogue rewritten to
+    /// read that value as `Acc` (dead instructions dropped), or `None` for the rest when the
+    /// affine value is the result itself. `relu(x @ w + b)` gives `(α = 1, L = b)` and
+    /// `relu(acc)`.
+    fn split(
+        program: &Program,
+        dt: DType,
+        scalars: &[Scalar],
+        nsrc: usize,
+    ) -> Option<(Affine, Option<Program>)> {
         if !matches!(dt, DType::F32 | DType::F64) || program.results.len() != 1 {
             return None;
         }
-        // Per value: a constant, or a linear form α·acc + β·L (`scaled`: a multiplication
+        // Per value: a constant, a linear form α·acc + β·L (`scaled`: a multiplication
         // already applied; one is allowed, so the rounding is the epilogue's: `α·acc` rounded
-        // once, then `± L`).
+        // once, then `± L`), or anything else.
         #[derive(Clone, Copy)]
         enum V {
             Const(f64),
             Lin(f64, Option<(usize, f64)>, bool),
+            Other,
         }
+        let insts = &program.insts;
         let round = |x: f64| if dt == DType::F32 { x as f32 as f64 } else { x };
-        let mut vals: Vec<V> = Vec::with_capacity(program.insts.len());
-        for inst in &program.insts {
-            if inst.dtype != dt {
-                return None;
-            }
-            let at = |i: u32| vals.get(i as usize).copied();
+        let mut vals: Vec<V> = Vec::with_capacity(insts.len());
+        let mut uses = vec![0usize; insts.len()];
+        for inst in insts {
+            let at = |i: u32| vals.get(i as usize).copied().unwrap_or(V::Other);
             let v = match inst.op {
+                _ if inst.dtype != dt => V::Other,
                 InstOp::Acc => V::Lin(1.0, None, false),
                 InstOp::Load(i) if (2..nsrc).contains(&(i as usize)) => {
                     V::Lin(0.0, Some((i as usize, 1.0)), false)
                 }
-                InstOp::Scalar(j) => V::Const(round(scalars.get(j as usize)?.as_f64())),
-                InstOp::Unary(UnaryOp::Neg, x) => match at(x)? {
+                InstOp::Scalar(j) => match scalars.get(j as usize) {
+                    Some(x) => V::Const(round(x.as_f64())),
+                    None => V::Other,
+                },
+                InstOp::Unary(UnaryOp::Neg, x) => match at(x) {
                     V::Const(c) => V::Const(-c),
                     V::Lin(a, l, m) => V::Lin(-a, l.map(|(i, b)| (i, -b)), m),
+                    V::Other => V::Other,
                 },
                 InstOp::Binary(op @ (BinaryOp::Add | BinaryOp::Sub), x, y) => {
                     let sign = if op == BinaryOp::Sub { -1.0 } else { 1.0 };
-                    match (at(x)?, at(y)?) {
+                    match (at(x), at(y)) {
                         // The product once, added to one input at most once.
                         (V::Lin(a1, l1, m1), V::Lin(a2, l2, m2)) if a1 == 0.0 || a2 == 0.0 => {
-                            let l = match (l1, l2) {
-                                (l, None) => l,
-                                (None, Some((i, b))) => Some((i, sign * b)),
+                            match (l1, l2) {
+                                (l, None) => V::Lin(a1 + sign * a2, l, m1 || m2),
+                                (None, Some((i, b))) => {
+                                    V::Lin(a1 + sign * a2, Some((i, sign * b)), m1 || m2)
+                                }
                                 // Two inputs (or one twice): not one prefill.
-                                (Some(_), Some(_)) => return None,
-                            };
-                            V::Lin(a1 + sign * a2, l, m1 || m2)
+                                (Some(_), Some(_)) => V::Other,
+                            }
                         }
-                        _ => return None,
+                        _ => V::Other,
                     }
                 }
-                InstOp::Binary(BinaryOp::Mul, x, y) => match (at(x)?, at(y)?) {
+                InstOp::Binary(BinaryOp::Mul, x, y) => match (at(x), at(y)) {
                     (V::Const(c), V::Lin(a, None, false))
                     | (V::Lin(a, None, false), V::Const(c)) => V::Lin(a * c, None, true),
-                    _ => return None,
+                    _ => V::Other,
                 },
-                _ => return None,
+                _ => V::Other,
             };
             vals.push(v);
-        }
-        match vals.get(program.results[0] as usize)? {
-            // Only forms whose rounding matches the epilogue's: one scale of the product
-            // (±1 or the scalar) and ±L, each computed once.
-            V::Lin(alpha, load, _) if *alpha != 0.0 => {
-                let ok_beta = load.is_none_or(|(_, b)| b == 1.0 || b == -1.0);
-                ok_beta.then_some(Affine {
-                    alpha: *alpha,
-                    load: *load,
-                })
+            for o in operands(&inst.op) {
+                uses[o as usize] += 1;
             }
-            _ => None,
         }
+        // The affine value: the last one holding the product. Every earlier value holding it
+        // must feed only the next one (else the rest would need the raw product too).
+        let holds = |v: &V| matches!(v, V::Lin(a, _, _) if *a != 0.0);
+        let root = (0..insts.len()).rev().find(|&i| holds(&vals[i]))?;
+        let result = program.results[0] as usize;
+        let chain_ok = (0..root)
+            .filter(|&i| holds(&vals[i]))
+            .all(|i| uses[i] == 1 && i != result);
+        let V::Lin(alpha, load, _) = vals[root] else {
+            return None;
+        };
+        if !chain_ok || load.is_some_and(|(_, b)| b != 1.0 && b != -1.0) {
+            return None;
+        }
+        let affine = Affine { alpha, load };
+        if root == result {
+            return Some((affine, None));
+        }
+        // The rest: the affine value becomes `Acc`; drop what only it used.
+        let mut live = vec![false; insts.len()];
+        live[result] = true;
+        for i in (0..insts.len()).rev() {
+            if live[i] && i != root {
+                for o in operands(&insts[i].op) {
+                    live[o as usize] = true;
+                }
+            }
+        }
+        let mut index = vec![u32::MAX; insts.len()];
+        let mut rest = Program::default();
+        for (i, inst) in insts.iter().enumerate().filter(|(i, _)| live[*i]) {
+            let m = |v: u32| index[v as usize];
+            let op = match inst.op {
+                _ if i == root => InstOp::Acc,
+                InstOp::Unary(u, x) => InstOp::Unary(u, m(x)),
+                InstOp::Binary(b, x, y) => InstOp::Binary(b, m(x), m(y)),
+                InstOp::Where(c, x, y) => InstOp::Where(m(c), m(x), m(y)),
+                InstOp::Cast(x) => InstOp::Cast(m(x)),
+                InstOp::Load(x) => InstOp::Load(x),
+                InstOp::Scalar(x) => InstOp::Scalar(x),
+                InstOp::Acc => InstOp::Acc,
+            };
+            index[i] = rest.insts.len() as u32;
+            rest.insts.push(kiln_compiler::Inst {
+                op,
+                dtype: inst.dtype,
+            });
+        }
+        rest.results.push(index[result]);
+        Some((affine, Some(rest)))
+    }
+}
+
+/// The values an instruction reads.
+fn operands(op: &InstOp) -> SmallVec<[u32; 3]> {
+    match *op {
+        InstOp::Unary(_, x) | InstOp::Cast(x) => SmallVec::from_slice(&[x]),
+        InstOp::Binary(_, x, y) => SmallVec::from_slice(&[x, y]),
+        InstOp::Where(c, x, y) => SmallVec::from_slice(&[c, x, y]),
+        InstOp::Load(_) | InstOp::Scalar(_) | InstOp::Acc => SmallVec::new(),
     }
 }
 
