@@ -8,7 +8,10 @@
 //! - `compile`: compiling a fresh 1,000-node graph (passes, fusion, memory plan).
 //! - `W1_memory`: peak bytes of the W1 plan `(a*b + c)*d - a` at 64M elements against
 //!   inputs + output, from the inspector and from the process high-water mark.
-//! - `W1`, `W6`: end-to-end times on the current CPU backend.
+//! - `W1`, `W6`: end-to-end times on the current CPU backend. W1's loop drops each result
+//!   before the next, so its output storage comes back to the buffer pool (`"output":
+//!   "recycled"`); `W1_kept` keeps every result alive, so each call writes fresh pages
+//!   (`"output":"kept"`), as `triad_fresh` does against `triad_reused`.
 //!
 //! Usage: `cargo run --release -p kiln-benches [-- --quick]`.
 
@@ -77,6 +80,21 @@ fn flavour() -> &'static str {
 
 /// One timing line: median over `reps` runs (after a warm-up), with GB/s or GFLOP/s.
 fn report(workload: &str, size: &str, reps: usize, bytes: f64, flops: f64, f: impl FnMut()) {
+    report_with(workload, size, reps, bytes, flops, None, f)
+}
+
+/// [`report`] with an `"output"` field saying what happens to each call's output storage:
+/// `recycled` (dropped before the next call: it comes back from the buffer pool), `kept`
+/// (held by the caller: every call writes fresh pages), `reused` or `fresh` (triad).
+fn report_with(
+    workload: &str,
+    size: &str,
+    reps: usize,
+    bytes: f64,
+    flops: f64,
+    output: Option<&str>,
+    f: impl FnMut(),
+) {
     let (med, lo, hi) = time(reps, f);
     let mut fields = vec![
         ("workload", s(workload)),
@@ -87,6 +105,9 @@ fn report(workload: &str, size: &str, reps: usize, bytes: f64, flops: f64, f: im
         ("min_ms", format!("{:.4}", lo * 1e3)),
         ("max_ms", format!("{:.4}", hi * 1e3)),
     ];
+    if let Some(o) = output {
+        fields.push(("output", s(o)));
+    }
     if bytes > 0.0 {
         fields.push(("gb_per_s", format!("{:.2}", bytes / med / 1e9)));
     }
@@ -122,7 +143,9 @@ fn wanted(only: &Option<Vec<String>>, w: &str) -> bool {
 }
 
 /// W1–W7 (design.md §6): end-to-end `eval` times of fresh expressions (each call builds the
-/// expression, hits the graph cache, runs the plan and hands a fresh output to the caller).
+/// expression, hits the graph cache, runs the plan and hands the output to the caller, who
+/// drops it before the next call: its storage goes back to the buffer pool and the next
+/// call's output comes from there; `W1_kept` keeps every output instead).
 fn workloads(quick: bool, only: &Option<Vec<String>>) {
     let mega = 1usize << 20;
     if wanted(only, "W1") {
@@ -134,22 +157,50 @@ fn workloads(quick: bool, only: &Option<Vec<String>>) {
                 uniform(&[n], 4),
             );
             let bytes = 5.0 * 4.0 * n as f64;
-            report(
+            report_with(
                 "W1",
                 &format!("{}M", n / mega),
                 reps_for(bytes, quick),
                 bytes,
                 0.0,
+                Some("recycled"),
                 || {
                     ((&a * &b + &c) * &d - &a).eval().expect("W1");
                 },
             );
         }
     }
+    if wanted(only, "W1_kept") {
+        // The same W1 with every result kept alive until the end of the timing (the user
+        // holds them): no output storage comes back, so each call writes fresh pages.
+        for n in [16 * mega, 64 * mega] {
+            let (a, b, c, d) = (
+                uniform(&[n], 1),
+                uniform(&[n], 2),
+                uniform(&[n], 3),
+                uniform(&[n], 4),
+            );
+            let bytes = 5.0 * 4.0 * n as f64;
+            let mut kept: Vec<Array> = Vec::new();
+            report_with(
+                "W1_kept",
+                &format!("{}M", n / mega),
+                reps_for(bytes, quick),
+                bytes,
+                0.0,
+                Some("kept"),
+                || {
+                    let y = (&a * &b + &c) * &d - &a;
+                    y.eval().expect("W1");
+                    kept.push(y);
+                },
+            );
+        }
+    }
     if wanted(only, "W1_pool") {
-        // Buffer reuse: the same W1 with the output kept alive (fresh pages every call) versus
-        // an intermediate-only plan whose buffers come back from the pool (`sum` of the W1
-        // expression: one fused reduction, no output pages).
+        // Buffer reuse: a two-kernel W1 (a reduction splits the chain) whose 64 MiB
+        // intermediate, and whose output once dropped, come back from the pool, versus the
+        // same with the pool off (limit 0: every buffer fresh).
         let n = 16 * mega;
         let (a, b, c, d) = (
             uniform(&[n], 1),
@@ -212,23 +263,25 @@ fn workloads(quick: bool, only: &Option<Vec<String>>) {
                 })
         };
         let bytes = 12.0 * n as f64;
-        report(
+        report_with(
             "triad_reused",
             "64M",
             reps_for(bytes, quick),
             bytes,
             0.0,
+            Some("reused"),
             || {
                 triad(&mut a);
                 std::hint::black_box(&a);
             },
         );
-        report(
+        report_with(
             "triad_fresh",
             "64M",
             reps_for(bytes, quick),
             bytes,
             0.0,
+            Some("fresh"),
             || {
                 let mut a = vec![0.0f32; n];
                 triad(&mut a);
@@ -419,7 +472,8 @@ impl EvalInto for Array {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
-    // `--only W1,W2,...`: just those workloads (W1..W7, W1_pool), none of the compiler ones.
+    // `--only W1,W2,...`: just those workloads (W1..W7, W1_kept, W1_pool, triad), none of the
+    // compiler ones.
     let only: Option<Vec<String>> = args
         .iter()
         .position(|a| a == "--only")

@@ -3,12 +3,14 @@
 //! A [`CpuBuffer`] is either an owned typed `Vec` (what kernels write) or a shared handle on
 //! caller data (what `upload` returns, without copying). Released owned buffers go to a
 //! [`BufferPool`]: size-bucketed free lists per dtype, bounded in total bytes, so repeated
-//! runs of a plan reuse warm pages instead of faulting in fresh ones.
+//! runs of a plan reuse warm pages instead of faulting in fresh ones. The pool is also the
+//! [`Recycle`] home of downloaded outputs: the storage of an evaluated result comes back to
+//! it when the user drops the last handle on the result.
 //!
 //! Depends on [`crate::typed`] and `kiln-ir`.
 
 use crate::typed::{TSlice, TSliceMut, TypedVec};
-use kiln_ir::{DType, HostData};
+use kiln_ir::{DType, HostData, HostVec, Recycle};
 use std::sync::Mutex;
 
 /// A CPU buffer: owned storage, or caller data shared without a copy.
@@ -69,10 +71,20 @@ const CLASSES: usize = usize::BITS as usize;
 /// Default bound on the bytes held by a pool.
 pub const DEFAULT_POOL_BYTES: usize = 512 << 20;
 
+/// A pooled vector and when it was released.
+#[derive(Debug)]
+struct Pooled {
+    /// The pool's release count when it came in (smallest: least recently released).
+    stamp: u64,
+    v: TypedVec,
+}
+
 #[derive(Debug)]
 struct PoolInner {
     /// Free vectors per dtype (in `DType::ALL` order) and size class.
-    free: [[Vec<TypedVec>; CLASSES]; 5],
+    free: [[Vec<Pooled>; CLASSES]; 5],
+    /// Vectors released so far (the next stamp).
+    clock: u64,
     /// Bytes of capacity held.
     bytes: usize,
     /// Bound on `bytes`.
@@ -99,9 +111,11 @@ pub struct PoolStats {
 }
 
 /// A thread-safe pool of released typed vectors, bucketed by dtype and power-of-two
-/// capacity class, holding at most `limit` bytes (a released vector that does not fit is
-/// freed). An allocation of `len` elements reuses a vector of capacity `len..=2*len`, so a
-/// downloaded output never carries more than twice its size.
+/// capacity class, holding at most `limit` bytes (a released vector that does not fit
+/// frees the least recently released ones; one larger than `limit` is freed). An allocation
+/// of `len` elements reuses a vector of capacity `len..=2*len`, so a downloaded output
+/// carries at most twice its size. Released vectors are scratch buffers and, through
+/// [`Recycle`], the storage of downloaded outputs whose last handle was dropped.
 ///
 /// ```
 /// use kiln_cpu::BufferPool;
@@ -138,6 +152,7 @@ impl BufferPool {
         BufferPool {
             inner: Mutex::new(PoolInner {
                 free: [const { [const { Vec::new() }; CLASSES] }; 5],
+                clock: 0,
                 bytes: 0,
                 limit,
                 hits: 0,
@@ -152,7 +167,9 @@ impl BufferPool {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A vector of `len` elements of `dtype` (contents unspecified).
+    /// A vector of `len` elements of `dtype` (contents unspecified but initialised). A reused
+    /// vector is not cleared: only elements beyond its previous length are written (zeros),
+    /// so a hit costs no pass over the storage.
     pub fn take(&self, dtype: DType, len: usize) -> TypedVec {
         if len > 0 {
             let found = {
@@ -167,9 +184,9 @@ impl BufferPool {
                     let list = &mut lists[class];
                     if let Some(i) = list
                         .iter()
-                        .rposition(|v| v.capacity() >= len && v.capacity() <= 2 * len)
+                        .rposition(|e| e.v.capacity() >= len && e.v.capacity() <= 2 * len)
                     {
-                        found = Some(list.swap_remove(i));
+                        found = Some(list.swap_remove(i).v);
                         break;
                     }
                 }
@@ -190,26 +207,35 @@ impl BufferPool {
         fresh(dtype, len)
     }
 
-    /// Hands a vector back; it is kept if the pool has room.
+    /// Hands a vector back. It is kept, making room by freeing the least recently released
+    /// vectors if the pool is full (so the pool follows the sizes in use now rather than
+    /// those of an earlier phase); a vector larger than the whole bound is freed.
     pub fn put(&self, v: TypedVec) {
         let cap = v.capacity();
         if cap == 0 {
             return;
         }
         let bytes = cap * v.dtype().size_bytes();
+        let mut evicted = Vec::new();
         let mut p = self.lock();
-        if p.bytes + bytes > p.limit {
+        if bytes > p.limit {
             drop(p);
             drop(v); // freed outside the lock
             return;
         }
+        let keep = p.limit - bytes;
+        p.evict_to(keep, &mut evicted);
+        p.clock += 1;
+        let stamp = p.clock;
         p.bytes += bytes;
-        p.free[dtype_index(v.dtype())][class_of(cap)].push(v);
+        p.free[dtype_index(v.dtype())][class_of(cap)].push(Pooled { stamp, v });
+        drop(p);
+        drop(evicted); // freed outside the lock
     }
 
     /// Frees every pooled vector.
     pub fn clear(&self) {
-        let taken: Vec<TypedVec> = {
+        let taken: Vec<Pooled> = {
             let mut p = self.lock();
             p.bytes = 0;
             p.free
@@ -221,26 +247,13 @@ impl BufferPool {
         drop(taken);
     }
 
-    /// Changes the bound (vectors beyond it are freed).
+    /// Changes the bound (the least recently released vectors beyond it are freed).
     pub fn set_limit(&self, limit: usize) {
         let mut freed = Vec::new();
         {
             let mut p = self.lock();
             p.limit = limit;
-            'outer: for class in (0..CLASSES).rev() {
-                for d in 0..5 {
-                    while p.bytes > limit {
-                        let Some(v) = p.free[d][class].pop() else {
-                            break;
-                        };
-                        p.bytes -= v.capacity() * v.dtype().size_bytes();
-                        freed.push(v);
-                    }
-                    if p.bytes <= limit {
-                        break 'outer;
-                    }
-                }
-            }
+            p.evict_to(limit, &mut freed);
         }
         drop(freed);
     }
@@ -255,6 +268,49 @@ impl BufferPool {
             hits: p.hits,
             misses: p.misses,
         }
+    }
+}
+
+impl PoolInner {
+    /// Moves the least recently released vectors to `out` until at most `target` bytes are
+    /// held (a scan of every list per vector: a pool holds tens of vectors, and this runs
+    /// only when the pool is full).
+    fn evict_to(&mut self, target: usize, out: &mut Vec<TypedVec>) {
+        while self.bytes > target {
+            let oldest = self
+                .free
+                .iter()
+                .enumerate()
+                .flat_map(|(d, l)| l.iter().enumerate().map(move |(c, l)| (d, c, l)))
+                .flat_map(|(d, c, l)| l.iter().enumerate().map(move |(i, e)| (e.stamp, d, c, i)))
+                .min();
+            let Some((_, d, c, i)) = oldest else {
+                break;
+            };
+            let v = self.free[d][c].swap_remove(i).v;
+            self.bytes -= v.capacity() * v.dtype().size_bytes();
+            out.push(v);
+        }
+    }
+}
+
+/// Output storage comes home: the vector of a downloaded result whose last handle was
+/// dropped is [`put`](BufferPool::put) back (kept if the pool has room, else freed).
+///
+/// ```
+/// use kiln_cpu::BufferPool;
+/// use kiln_ir::{DType, HostData, HostVec};
+/// static POOL: BufferPool = BufferPool::new(1 << 20);
+/// let out = HostData::recycled(HostVec::from(vec![0.5f32; 256]), &POOL);
+/// assert_eq!(POOL.stats().bytes, 0);
+/// drop(out);
+/// assert_eq!(POOL.stats().bytes, 1024);
+/// assert_eq!(POOL.take(DType::F32, 256).len(), 256);
+/// assert_eq!(POOL.stats().hits, 1);
+/// ```
+impl Recycle for BufferPool {
+    fn recycle(&self, v: HostVec) {
+        self.put(v.into());
     }
 }
 
@@ -328,14 +384,41 @@ mod tests {
     fn stays_within_its_limit() {
         let pool = BufferPool::new(1000);
         pool.put(TypedVec::zeros(DType::F32, 200)); // 800 bytes
-        pool.put(TypedVec::zeros(DType::F32, 100)); // would exceed: freed
-        assert_eq!(pool.stats().bytes, 800);
-        assert_eq!(pool.stats().buffers, 1);
+        pool.put(TypedVec::zeros(DType::F32, 100)); // 400: the older 800 make room
+        assert_eq!((pool.stats().bytes, pool.stats().buffers), (400, 1));
+        pool.put(TypedVec::zeros(DType::F64, 200)); // 1600 > the bound: freed, nothing evicted
+        assert_eq!((pool.stats().bytes, pool.stats().buffers), (400, 1));
+        pool.put(TypedVec::zeros(DType::I32, 150)); // 600: fits beside
+        assert_eq!((pool.stats().bytes, pool.stats().buffers), (1000, 2));
+        pool.set_limit(700); // the older (400 bytes) goes
+        assert_eq!(pool.stats().bytes, 600);
+        assert_eq!(pool.take(DType::I32, 150).len(), 150);
+        assert_eq!(pool.stats().hits, 1);
         pool.set_limit(100);
         assert_eq!(pool.stats().bytes, 0);
         pool.put(TypedVec::zeros(DType::Bool, 50));
         pool.clear();
         assert_eq!(pool.stats().buffers, 0);
+    }
+
+    #[test]
+    fn a_full_pool_frees_the_least_recently_released() {
+        let pool = BufferPool::new(1000);
+        pool.put(TypedVec::zeros(DType::F32, 75)); // 300 bytes, oldest
+        pool.put(TypedVec::zeros(DType::I32, 75)); // 300
+        pool.put(TypedVec::zeros(DType::F64, 25)); // 200
+        let a = pool.take(DType::I32, 75); // the I32 vector leaves ...
+        pool.put(a); // ... and comes back: now the newest
+        pool.put(TypedVec::zeros(DType::I64, 60)); // 480: 1280 > 1000, frees the F32 only
+        let st = pool.stats();
+        assert_eq!((st.bytes, st.buffers), (980, 3), "{st:?}");
+        let misses = st.misses;
+        let _ = pool.take(DType::F32, 75);
+        assert_eq!(pool.stats().misses, misses + 1, "the F32 vector was freed");
+        for (d, n) in [(DType::I32, 75), (DType::F64, 25), (DType::I64, 60)] {
+            let _ = pool.take(d, n);
+        }
+        assert_eq!(pool.stats().misses, misses + 1, "the others were kept");
     }
 
     #[test]

@@ -6,7 +6,9 @@
 //! * **Buffers** ([`CpuBuffer`]) are typed `Vec`s, or caller data shared without a copy
 //!   (`upload` wraps the `HostData`, `download` moves the `Vec` out). Released buffers go to a
 //!   process-wide [`BufferPool`] (bucketed by dtype and size, bounded in bytes), so a plan run
-//!   repeatedly reuses warm memory.
+//!   repeatedly reuses warm memory. Downloaded outputs are `kiln_ir::Recycled` data homed at
+//!   that pool: their storage comes back to it when the user drops the last handle, so the
+//!   next evaluation of the same size writes warm pages instead of faulting in fresh ones.
 //! * **Elementwise programs** run in a numexpr-style blocked interpreter: each instruction is
 //!   evaluated over a block of 1024 positions (4 KiB of f32: a program's live registers fit
 //!   in L1) into a typed scratch column, reading inputs through their strided views (in place
@@ -159,12 +161,13 @@ impl Backend for CpuBackend {
                 buffer.dtype()
             )));
         }
+        // Owned storage leaves as recycled data: it comes back to the pool when the user drops
+        // the last handle on the result.
         Ok(match buffer {
-            CpuBuffer::Owned(v) => v.into_host(len),
+            CpuBuffer::Owned(v) => v.into_recycled_host(len, &POOL),
             CpuBuffer::Shared(d) if d.len() == len => d,
-            CpuBuffer::Shared(d) => {
-                TypedVec::from_slice(TSlice::of_host(&d).range(0, len)).into_host(len)
-            }
+            CpuBuffer::Shared(d) => TypedVec::from_slice(TSlice::of_host(&d).range(0, len))
+                .into_recycled_host(len, &POOL),
         })
     }
 

@@ -4,7 +4,7 @@
 //!
 //! Depends on `kiln-ir` only.
 
-use kiln_ir::{DType, HostData, Scalar};
+use kiln_ir::{DType, HostData, HostVec, Recycle, Scalar};
 
 /// Conversion with kiln's cast rules: float to int truncates toward zero and saturates (NaN
 /// gives 0), int to int wraps, int to float rounds directly, anything to bool is `x != 0`
@@ -288,6 +288,14 @@ impl TypedVec {
         })
     }
 
+    /// The first `len` elements as host data that go back to `home` (the buffer pool) when
+    /// the last handle on them drops, moving the vector (no copy). The capacity is kept.
+    pub fn into_recycled_host(self, len: usize, home: &'static dyn Recycle) -> HostData {
+        let mut v = self;
+        with_variant!(&mut v, TypedVec, x => x.truncate(len));
+        HostData::recycled(v.into(), home)
+    }
+
     /// A copy of the elements of a typed slice.
     pub fn from_slice(s: TSlice<'_>) -> TypedVec {
         match s {
@@ -304,6 +312,32 @@ impl TypedVec {
         let dt = self.dtype();
         T::vec_mut(self)
             .unwrap_or_else(|| panic!("kiln-cpu: expected {} storage, found {dt}", T::DTYPE))
+    }
+}
+
+impl From<HostVec> for TypedVec {
+    /// The same vector (moved, no copy).
+    fn from(v: HostVec) -> TypedVec {
+        match v {
+            HostVec::Bool(v) => TypedVec::Bool(v),
+            HostVec::I32(v) => TypedVec::I32(v),
+            HostVec::I64(v) => TypedVec::I64(v),
+            HostVec::F32(v) => TypedVec::F32(v),
+            HostVec::F64(v) => TypedVec::F64(v),
+        }
+    }
+}
+
+impl From<TypedVec> for HostVec {
+    /// The same vector (moved, no copy).
+    fn from(v: TypedVec) -> HostVec {
+        match v {
+            TypedVec::Bool(v) => HostVec::Bool(v),
+            TypedVec::I32(v) => HostVec::I32(v),
+            TypedVec::I64(v) => HostVec::I64(v),
+            TypedVec::F32(v) => HostVec::F32(v),
+            TypedVec::F64(v) => HostVec::F64(v),
+        }
     }
 }
 

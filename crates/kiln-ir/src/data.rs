@@ -1,14 +1,18 @@
 //! Host-side element data: the values of inputs, scalars and evaluated results.
 //!
 //! Data is owned (`Vec`) or shared (`Arc`), never borrowed, so a lazy expression can never
-//! outlive the data it reads. Depends on [`crate::dtype`] only.
+//! outlive the data it reads. A backend can hand out its storage as [`Recycled`] data: a
+//! `Vec` with a *home* (a [`Recycle`] implementation, e.g. a buffer pool) that gets the
+//! `Vec` back, as an owned [`HostVec`], when the last handle on it is dropped, instead of
+//! freeing it. Depends on [`crate::dtype`] only.
 
 use crate::dtype::{DType, Scalar};
 use std::ops::Deref;
 use std::sync::Arc;
 
-/// An immutable, cheaply clonable buffer of `T`: either a moved-in `Vec` or a shared slice.
-/// Neither conversion copies the elements.
+/// An immutable, cheaply clonable buffer of `T`: a moved-in `Vec`, a shared slice, or a
+/// [`Recycled`] `Vec` that goes back to its home when the last clone is dropped. No
+/// conversion copies the elements.
 ///
 /// ```
 /// use kiln_ir::Shared;
@@ -22,6 +26,8 @@ pub enum Shared<T> {
     Vec(Arc<Vec<T>>),
     /// A shared slice (no copy).
     Slice(Arc<[T]>),
+    /// A `Vec` handed to its home when the last handle drops (see [`Shared::recycled`]).
+    Recycled(Arc<Recycled<T>>),
 }
 
 impl<T> Deref for Shared<T> {
@@ -30,6 +36,7 @@ impl<T> Deref for Shared<T> {
         match self {
             Shared::Vec(v) => v,
             Shared::Slice(s) => s,
+            Shared::Recycled(r) => r,
         }
     }
 }
@@ -52,9 +59,39 @@ impl<T> From<Arc<[T]>> for Shared<T> {
     }
 }
 
+impl<T> From<Recycled<T>> for Shared<T> {
+    fn from(v: Recycled<T>) -> Self {
+        Shared::Recycled(Arc::new(v))
+    }
+}
+
+impl<T: Element> Shared<T> {
+    /// A buffer over `vec` (no copy) that hands `vec` to `home` when the last clone is
+    /// dropped, unless [`Shared::into_vec`] took it out first.
+    ///
+    /// ```
+    /// use kiln_ir::{HostVec, Recycle, Shared};
+    /// #[derive(Debug)]
+    /// struct Print;
+    /// impl Recycle for Print {
+    ///     fn recycle(&self, v: HostVec) {
+    ///         println!("{} elements of capacity come home", v.capacity());
+    ///     }
+    /// }
+    /// static HOME: Print = Print;
+    /// let a = Shared::recycled(vec![1.5f64, 2.5], &HOME);
+    /// assert_eq!(&a[..], &[1.5, 2.5]);
+    /// drop(a); // prints
+    /// ```
+    pub fn recycled(vec: Vec<T>, home: &'static dyn Recycle) -> Shared<T> {
+        Shared::from(Recycled::new(vec, home))
+    }
+}
+
 impl<T: Clone> Shared<T> {
     /// The elements as a `Vec`, moving them out without a copy when this is the only handle
-    /// to a `Vec`-backed buffer.
+    /// to a `Vec`-backed (or [`Recycled`]) buffer. The caller then owns the `Vec`: a
+    /// recycled one no longer goes home.
     ///
     /// ```
     /// let v = kiln_ir::Shared::from(vec![1, 2, 3]).into_vec();
@@ -64,6 +101,206 @@ impl<T: Clone> Shared<T> {
         match self {
             Shared::Vec(v) => Arc::try_unwrap(v).unwrap_or_else(|v| (*v).clone()),
             Shared::Slice(s) => s.to_vec(),
+            Shared::Recycled(r) => match Arc::try_unwrap(r) {
+                Ok(r) => r.into_vec(),
+                Err(r) => r.to_vec(),
+            },
+        }
+    }
+}
+
+/// The home of [`Recycled`] storage: receives each vector whose last handle was dropped
+/// (a backend's buffer pool implements it). It is called from `Drop`, on whichever thread
+/// drops the last handle, so it should be quick and must not panic.
+///
+/// ```
+/// use kiln_ir::{HostVec, Recycle, Shared};
+/// use std::sync::atomic::{AtomicUsize, Ordering};
+/// #[derive(Debug)]
+/// struct Count(AtomicUsize);
+/// impl Recycle for Count {
+///     fn recycle(&self, _: HostVec) {
+///         self.0.fetch_add(1, Ordering::Relaxed);
+///     }
+/// }
+/// static HOME: Count = Count(AtomicUsize::new(0));
+/// drop(Shared::recycled(vec![1i32, 2, 3], &HOME));
+/// assert_eq!(HOME.0.load(Ordering::Relaxed), 1);
+/// ```
+pub trait Recycle: Send + Sync + std::fmt::Debug {
+    /// Takes back a vector (its length and contents are whatever its last owner left).
+    fn recycle(&self, v: HostVec);
+}
+
+/// An owned vector of one of the five element types (what a [`Recycle`] home receives).
+///
+/// ```
+/// use kiln_ir::{DType, HostVec};
+/// let v = HostVec::from(vec![1.0f32; 8]);
+/// assert_eq!((v.dtype(), v.capacity()), (DType::F32, 8));
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub enum HostVec {
+    /// `bool` elements.
+    Bool(Vec<bool>),
+    /// `i32` elements.
+    I32(Vec<i32>),
+    /// `i64` elements.
+    I64(Vec<i64>),
+    /// `f32` elements.
+    F32(Vec<f32>),
+    /// `f64` elements.
+    F64(Vec<f64>),
+}
+
+impl HostVec {
+    /// The dtype of the elements.
+    ///
+    /// ```
+    /// assert_eq!(kiln_ir::HostVec::from(vec![1i64]).dtype(), kiln_ir::DType::I64);
+    /// ```
+    pub fn dtype(&self) -> DType {
+        match self {
+            HostVec::Bool(_) => DType::Bool,
+            HostVec::I32(_) => DType::I32,
+            HostVec::I64(_) => DType::I64,
+            HostVec::F32(_) => DType::F32,
+            HostVec::F64(_) => DType::F64,
+        }
+    }
+
+    /// The capacity of the vector, in elements.
+    ///
+    /// ```
+    /// let v = kiln_ir::HostVec::from(Vec::<bool>::with_capacity(10));
+    /// assert!(v.capacity() >= 10);
+    /// ```
+    pub fn capacity(&self) -> usize {
+        match self {
+            HostVec::Bool(v) => v.capacity(),
+            HostVec::I32(v) => v.capacity(),
+            HostVec::I64(v) => v.capacity(),
+            HostVec::F32(v) => v.capacity(),
+            HostVec::F64(v) => v.capacity(),
+        }
+    }
+}
+
+impl From<HostVec> for HostData {
+    /// The vector as plain host data (no copy, no home).
+    fn from(v: HostVec) -> HostData {
+        match v {
+            HostVec::Bool(v) => HostData::from(v),
+            HostVec::I32(v) => HostData::from(v),
+            HostVec::I64(v) => HostData::from(v),
+            HostVec::F32(v) => HostData::from(v),
+            HostVec::F64(v) => HostData::from(v),
+        }
+    }
+}
+
+/// A `Vec` with a home: when dropped, the `Vec` is handed to `home` ([`Recycle::recycle`])
+/// instead of freed. Held behind an `Arc` in [`Shared::Recycled`], so the storage goes home
+/// when the last handle on it drops. Reads as a slice; never handed out mutably, so what
+/// goes home is exactly what was put in. A zero-capacity `Vec` is not sent home (there is
+/// nothing to reuse).
+///
+/// ```
+/// use kiln_ir::{HostVec, Recycle, Recycled};
+/// use std::sync::Mutex;
+/// #[derive(Debug)]
+/// struct Keep(Mutex<Vec<HostVec>>);
+/// impl Recycle for Keep {
+///     fn recycle(&self, v: HostVec) {
+///         self.0.lock().unwrap().push(v);
+///     }
+/// }
+/// static HOME: Keep = Keep(Mutex::new(Vec::new()));
+/// let r = Recycled::new(vec![7i32, 8], &HOME);
+/// assert_eq!(r[1], 8);
+/// drop(r);
+/// assert_eq!(HOME.0.lock().unwrap()[0], HostVec::I32(vec![7, 8]));
+/// ```
+#[derive(Debug)]
+pub struct Recycled<T> {
+    vec: Vec<T>,
+    home: &'static dyn Recycle,
+    /// `T::into_host_vec` (a function pointer, so `Recycled<T>` and its `Drop` need no
+    /// `Element` bound and [`Shared`] stays unbounded).
+    wrap: fn(Vec<T>) -> HostVec,
+}
+
+impl<T: Element> Recycled<T> {
+    /// Wraps `vec` (no copy); it goes to `home` when this is dropped.
+    ///
+    /// ```
+    /// use kiln_ir::{HostVec, Recycle, Recycled};
+    /// #[derive(Debug)]
+    /// struct Ignore;
+    /// impl Recycle for Ignore {
+    ///     fn recycle(&self, _: HostVec) {}
+    /// }
+    /// let r = Recycled::new(vec![true, false], &Ignore);
+    /// assert_eq!(r.len(), 2);
+    /// ```
+    pub fn new(vec: Vec<T>, home: &'static dyn Recycle) -> Recycled<T> {
+        Recycled {
+            vec,
+            home,
+            wrap: T::into_host_vec,
+        }
+    }
+}
+
+impl<T> Recycled<T> {
+    /// The `Vec`, moved out (no copy); it no longer goes home.
+    ///
+    /// ```
+    /// use kiln_ir::{HostVec, Recycle, Recycled};
+    /// #[derive(Debug)]
+    /// struct Never;
+    /// impl Recycle for Never {
+    ///     fn recycle(&self, _: HostVec) {
+    ///         unreachable!("into_vec took the vector out")
+    ///     }
+    /// }
+    /// let v = Recycled::new(vec![1i32, 2], &Never).into_vec();
+    /// assert_eq!(v, vec![1, 2]);
+    /// ```
+    pub fn into_vec(mut self) -> Vec<T> {
+        // `Drop` then sees an empty, zero-capacity vector and sends nothing home.
+        std::mem::take(&mut self.vec)
+    }
+
+    /// The home the storage goes back to.
+    ///
+    /// ```
+    /// use kiln_ir::{HostVec, Recycle, Recycled};
+    /// #[derive(Debug)]
+    /// struct Home;
+    /// impl Recycle for Home {
+    ///     fn recycle(&self, _: HostVec) {}
+    /// }
+    /// let r = Recycled::new(vec![1.0f32], &Home);
+    /// assert_eq!(format!("{:?}", r.home()), "Home");
+    /// ```
+    pub fn home(&self) -> &'static dyn Recycle {
+        self.home
+    }
+}
+
+impl<T> Deref for Recycled<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        &self.vec
+    }
+}
+
+impl<T> Drop for Recycled<T> {
+    fn drop(&mut self) {
+        if self.vec.capacity() > 0 {
+            let v = std::mem::take(&mut self.vec);
+            self.home.recycle((self.wrap)(v));
         }
     }
 }
@@ -146,6 +383,29 @@ impl HostData {
         }
     }
 
+    /// Host data over `v` (no copy) that hands `v` back to `home` when the last handle on it
+    /// is dropped (see [`Recycled`]).
+    ///
+    /// ```
+    /// use kiln_ir::{HostData, HostVec, Recycle};
+    /// #[derive(Debug)]
+    /// struct Pool;
+    /// impl Recycle for Pool {
+    ///     fn recycle(&self, _: HostVec) {}
+    /// }
+    /// let d = HostData::recycled(HostVec::from(vec![1i32, 2]), &Pool);
+    /// assert_eq!((d.dtype(), d.len()), (kiln_ir::DType::I32, 2));
+    /// ```
+    pub fn recycled(v: HostVec, home: &'static dyn Recycle) -> HostData {
+        match v {
+            HostVec::Bool(v) => HostData::Bool(Shared::recycled(v, home)),
+            HostVec::I32(v) => HostData::I32(Shared::recycled(v, home)),
+            HostVec::I64(v) => HostData::I64(Shared::recycled(v, home)),
+            HostVec::F32(v) => HostData::F32(Shared::recycled(v, home)),
+            HostVec::F64(v) => HostData::F64(Shared::recycled(v, home)),
+        }
+    }
+
     /// Builds data of `dtype` from scalars (each converted with [`Scalar::cast`]).
     ///
     /// ```
@@ -183,6 +443,13 @@ pub trait Element: Copy + Send + Sync + PartialEq + std::fmt::Debug + 'static {
     fn unwrap(data: &HostData) -> Option<&Shared<Self>>;
     /// The value as a [`Scalar`].
     fn to_scalar(self) -> Scalar;
+    /// A vector of this type as a [`HostVec`] (moved, no copy).
+    ///
+    /// ```
+    /// use kiln_ir::{Element, HostVec};
+    /// assert_eq!(f64::into_host_vec(vec![2.0]), HostVec::F64(vec![2.0]));
+    /// ```
+    fn into_host_vec(v: Vec<Self>) -> HostVec;
 }
 
 macro_rules! element {
@@ -202,6 +469,14 @@ macro_rules! element {
                 #[allow(clippy::redundant_closure_call)]
                 ($scalar)(self)
             }
+            fn into_host_vec(v: Vec<Self>) -> HostVec {
+                HostVec::$variant(v)
+            }
+        }
+        impl From<Vec<$t>> for HostVec {
+            fn from(v: Vec<$t>) -> HostVec {
+                HostVec::$variant(v)
+            }
         }
         impl From<Vec<$t>> for HostData {
             fn from(v: Vec<$t>) -> HostData {
@@ -216,3 +491,115 @@ element!(i32, I32, |x: i32| Scalar::Int(x as i64));
 element!(i64, I64, Scalar::Int);
 element!(f32, F32, |x: f32| Scalar::Float(x as f64));
 element!(f64, F64, Scalar::Float);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+
+    /// A home that counts the vectors it receives and keeps the last one.
+    #[derive(Debug, Default)]
+    struct Counting {
+        calls: AtomicUsize,
+        last: Mutex<Option<HostVec>>,
+    }
+
+    impl Recycle for Counting {
+        fn recycle(&self, v: HostVec) {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            *self.last.lock().unwrap() = Some(v);
+        }
+    }
+
+    /// A fresh home per test (leaked: homes are `'static`).
+    fn home() -> &'static Counting {
+        Box::leak(Box::default())
+    }
+
+    #[test]
+    fn the_last_handle_sends_the_vector_home_once() {
+        let h = home();
+        let v = vec![1.0f32, 2.0, 3.0];
+        let ptr = v.as_ptr();
+        let a = Shared::recycled(v, h);
+        let b = a.clone();
+        let c = b.clone();
+        assert_eq!(ptr, c.as_ptr(), "no copy");
+        drop(a);
+        drop(c);
+        assert_eq!(h.calls.load(Ordering::SeqCst), 0, "clones remain");
+        assert_eq!(&b[..], &[1.0, 2.0, 3.0]);
+        drop(b);
+        assert_eq!(h.calls.load(Ordering::SeqCst), 1);
+        match h.last.lock().unwrap().take() {
+            Some(HostVec::F32(v)) => {
+                assert_eq!(v.as_ptr(), ptr, "the same storage goes home");
+                assert_eq!(v, vec![1.0, 2.0, 3.0]);
+            }
+            other => panic!("expected the f32 vector, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn host_data_recycles_through_clones_and_threads() {
+        let h = home();
+        let d = HostData::recycled(HostVec::from(vec![5i64; 100]), h);
+        assert_eq!(
+            (d.dtype(), d.len(), d.get(99)),
+            (DType::I64, 100, Scalar::Int(5))
+        );
+        let clones: Vec<HostData> = (0..4).map(|_| d.clone()).collect();
+        drop(d);
+        std::thread::scope(|s| {
+            for c in clones {
+                s.spawn(move || assert_eq!(c.get(0), Scalar::Int(5)));
+            }
+        });
+        assert_eq!(h.calls.load(Ordering::SeqCst), 1);
+        let back = h.last.lock().unwrap().take().unwrap();
+        assert_eq!((back.dtype(), back.capacity()), (DType::I64, 100));
+    }
+
+    #[test]
+    fn into_vec_of_a_unique_handle_moves_out_and_does_not_recycle() {
+        let h = home();
+        let v = vec![true, false, true];
+        let ptr = v.as_ptr();
+        let out = Shared::recycled(v, h).into_vec();
+        assert_eq!(out, vec![true, false, true]);
+        assert_eq!(out.as_ptr(), ptr, "moved, not copied");
+        drop(out);
+        assert_eq!(h.calls.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn into_vec_of_a_shared_handle_copies_and_the_rest_recycles() {
+        let h = home();
+        let a = Shared::recycled(vec![1i32, 2], h);
+        let b = a.clone();
+        let out = a.into_vec();
+        assert_eq!(out, vec![1, 2]);
+        assert_ne!(
+            out.as_ptr(),
+            b.as_ptr(),
+            "a copy while another handle lives"
+        );
+        assert_eq!(h.calls.load(Ordering::SeqCst), 0);
+        drop(b);
+        assert_eq!(h.calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn empty_vectors_do_not_go_home() {
+        let h = home();
+        drop(Shared::recycled(Vec::<f64>::new(), h));
+        assert_eq!(h.calls.load(Ordering::SeqCst), 0);
+        // A truncated vector keeps its capacity, so it does go home.
+        let mut v = vec![0.5f64; 16];
+        v.clear();
+        drop(Shared::recycled(v, h));
+        assert_eq!(h.calls.load(Ordering::SeqCst), 1);
+        assert_eq!(h.last.lock().unwrap().as_ref().unwrap().capacity(), 16);
+    }
+}
