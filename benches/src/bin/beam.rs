@@ -5,10 +5,9 @@
 //! and the graph compiles per 1,000 words (from an empty graph cache).
 //!
 //! Threads: each thread count runs in its own child process (its own graph-cache counters),
-//! with that many decoding threads (`decode_parallel`) and kiln's internal pools (rayon,
-//! `matrixmultiply`) at one thread each (`RAYON_NUM_THREADS=1`, `MATMUL_NUM_THREADS=1`), so
-//! "1 thread" uses one core and "2 threads" two; letting `matrixmultiply` thread inside two
-//! decoding threads oversubscribes the two cores (about 20 % slower at beam 4, measured).
+//! with that many decoding threads (`decode_parallel`) and kiln's internal pool (rayon, which
+//! also splits large GEMMs) at one thread (`RAYON_NUM_THREADS=1`), so "1 thread" uses one core
+//! and "2 threads" two.
 //!
 //! Usage: `cargo run --release -p kiln-benches --bin beam -- [--quick] [--beams 1,4,12]
 //! [--threads 1,2] [--mini-batch 16] [--reps 5] [--words PATH] [--limit N]
@@ -133,7 +132,6 @@ fn spawn_children(o: &Opts) {
             .args(&child_args)
             .env(CHILD_ENV, "1")
             .env("RAYON_NUM_THREADS", "1")
-            .env("MATMUL_NUM_THREADS", "1")
             .status()
             .expect("run the bench child process");
         assert!(status.success(), "the {t}-thread run failed: {status}");
@@ -187,7 +185,7 @@ fn write_nbest(
 
 /// The model's GEMM alone, `x @ W + b` with `W` `[256, 768]` (a GRU's gate projection) at the
 /// row counts of a mini-batch of 16 words at beam 1, 4 and 12, one `eval` each: what bounds a
-/// decoding step (`--gemm`; set `MATMUL_NUM_THREADS=1` for one core).
+/// decoding step (`--gemm`; set `RAYON_NUM_THREADS=1` for one core).
 fn gemm(reps: usize) {
     let w = kiln::Array::uniform(&[256, 768], -0.1, 0.1, 1, kiln::DType::F32).expect("w");
     let b = kiln::Array::uniform(&[768], -0.1, 0.1, 2, kiln::DType::F32).expect("b");

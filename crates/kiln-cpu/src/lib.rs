@@ -21,8 +21,8 @@
 //!   sums, vectorised, Neumaier-compensated for `f64`; wrapping `i64` for integers). Large
 //!   full reductions fold fixed chunks into partials merged in chunk order; large row
 //!   reductions give each task whole rows; so results never depend on the thread count.
-//!   **Matmul** uses `matrixmultiply` (AVX-512 kernels, its own threading) on the strided
-//!   views directly, and for products with at most 16 rows or 32³ multiply-adds its own
+//!   **Matmul** uses `matrixmultiply` (AVX-512 kernels) on the strided views directly, its
+//!   rows split over the rayon pool above ~2M multiply-adds (one pool for every kernel), and for products with at most 16 rows or 32³ multiply-adds its own
 //!   unpacked register-blocked kernel (`kernels/small_gemm.rs`); **take**, **concat** and **top-k** copy through the views.
 //! * **Fresh memory**: large fresh buffers are advised `MADV_HUGEPAGE` before first touch
 //!   (fresh 4 KiB page faults cost as much as the work; see `docs/performance.md`).

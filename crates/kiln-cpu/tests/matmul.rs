@@ -634,3 +634,56 @@ fn affine_epilogue_in_place_over_its_addend() {
         check_abs(pb, &[&want], 1e-5, 1e-6);
     }
 }
+
+#[test]
+fn products_split_over_threads_equal_the_reference() {
+    // Above the parallel bound the rows are split into one `matrixmultiply` call per thread
+    // (uneven blocks here: 130 rows over 3 threads), plain and with an affine epilogue whose
+    // addend is prefilled into each block's rows, through a transposed left operand, batched.
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(3)
+        .build()
+        .unwrap();
+    pool.install(|| {
+        let (batch, m, k, n) = (2, 130, 150, 120);
+        for dt in [DType::F32, DType::F64] {
+            let data = |len: usize, sd: u64| match dt {
+                DType::F32 => f32s(len, sd),
+                _ => f64s(len, sd),
+            };
+            let a = Op {
+                data: data(batch * k * m, 60),
+                base: vec![batch, k, m],
+                ops: vec![VOp::Permute(vec![0, 2, 1])],
+            };
+            let b = Op::plain(data(batch * k * n, 61), &[batch, k, n]);
+            let rtol = if dt == DType::F32 { 1e-5 } else { 1e-12 };
+            matmul_case(
+                Op {
+                    data: a.data.clone(),
+                    base: a.base.clone(),
+                    ops: a.ops.clone(),
+                },
+                Op::plain(b.data.clone(), &[batch, k, n]),
+                None,
+                rtol,
+            );
+            let l = Op::plain(data(batch * m * n, 62), &[batch, m, n]);
+            let mm = build::matmul(&a.node(), &b.node()).unwrap();
+            let want = Form::LMinusAs.node(&mm, &l.node(), 0.5);
+            let mut pb = Pb::new();
+            let sc = pb.scalar(Scalar::Float(0.5));
+            let inputs = vec![a.input(&mut pb), b.input(&mut pb), l.input(&mut pb)];
+            let o = pb.kernel(
+                KernelKind::MatMul {
+                    epilogue: Some(Form::LMinusAs.program(dt, sc)),
+                },
+                &[batch, m, n],
+                inputs,
+                &[(dt, &[batch, m, n])],
+            );
+            pb.output(o[0]);
+            check_abs(pb, &[&want], rtol, rtol);
+        }
+    });
+}

@@ -18,6 +18,7 @@ use crate::typed::{copy_cast, TSlice, TSliceMut, TypedVec};
 use crate::walk::{internal, Walk};
 use kiln_compiler::{Arg, InstOp, Kernel, Launch, Program, Strided};
 use kiln_ir::{BinaryOp, DType, Result, Scalar, UnaryOp};
+use rayon::prelude::*;
 use smallvec::SmallVec;
 
 /// One operand: its data with the strides and offset of its `[.., rows, cols]` view.
@@ -406,11 +407,13 @@ fn product(d: &Dims<'_>, a: &Operand<'_>, b: &Operand<'_>, c: TSliceMut<'_>, coe
         };
         match (a.data, b.data, c.range(t * mn, (t + 1) * mn)) {
             (TSlice::F32(x), TSlice::F32(y), TSliceMut::F32(z)) => match coefs {
-                Some(f) => g.packed_sgemm_into(x, y, z, f.alpha as f32, f.beta as f32),
+                Some(f) => g.split_rows(z, |g, c| {
+                    g.packed_sgemm_into(x, y, c, f.alpha as f32, f.beta as f32)
+                }),
                 None => g.sgemm(x, y, z),
             },
             (TSlice::F64(x), TSlice::F64(y), TSliceMut::F64(z)) => match coefs {
-                Some(f) => g.packed_dgemm_into(x, y, z, f.alpha, f.beta),
+                Some(f) => g.split_rows(z, |g, c| g.packed_dgemm_into(x, y, c, f.alpha, f.beta)),
                 None => g.dgemm(x, y, z),
             },
             (TSlice::I32(x), TSlice::I32(y), TSliceMut::I32(z)) => {
@@ -450,6 +453,11 @@ const SMALL_ROWS: usize = 16;
 const SMALL_ROWS_MAX_MACS: usize = 1 << 25;
 /// Products of any shape up to this `m·k·n` take [`small_gemm`].
 const SMALL_MACS: usize = 32 * 32 * 32;
+/// Products of at least this many multiply-adds split their rows over the rayon pool
+/// (~2M: 15–20 µs on one core, where waking a second thread starts to pay).
+const PAR_GEMM_MACS: usize = 1 << 21;
+/// Rows per parallel block at least.
+const PAR_GEMM_ROWS: usize = 32;
 
 /// One `m×k @ k×n` product; every element `aoff + i*rsa + p*csa` (`i < m`, `p < k`) lies in
 /// `a`, likewise for `b` (checked by `source::build` against the buffers), and `c` is the
@@ -499,8 +507,36 @@ impl Gemm {
             self.check(a.len(), b.len(), c.len());
             small_gemm::sgemm(self, a, b, c)
         } else {
-            self.packed_sgemm(a, b, c)
+            self.split_rows(c, |g, c| g.packed_sgemm(a, b, c))
         }
+    }
+
+    /// Runs `f` on blocks of rows of the product (a sub-`Gemm` and its rows of `c`) across
+    /// the rayon pool when the product is worth splitting ([`PAR_GEMM_MACS`]), else on the
+    /// whole. Each block is an independent `matrixmultiply` call (built without its own
+    /// threads), so one pool serves GEMMs and every other kernel, and nested parallel work
+    /// (a decoder's sentences) composes instead of oversubscribing the cores.
+    fn split_rows<T: Send>(&self, c: &mut [T], f: impl Fn(&Gemm, &mut [T]) + Sync) {
+        let macs = self.m.saturating_mul(self.k).saturating_mul(self.n);
+        let tasks = if macs < PAR_GEMM_MACS || self.n == 0 {
+            1
+        } else {
+            rayon::current_num_threads().min(self.m / PAR_GEMM_ROWS)
+        };
+        if tasks <= 1 {
+            return f(self, c);
+        }
+        let rows = self.m.div_ceil(tasks).next_multiple_of(8);
+        c.par_chunks_mut(rows * self.n)
+            .enumerate()
+            .for_each(|(i, block)| {
+                let g = Gemm {
+                    m: block.len() / self.n,
+                    aoff: self.aoff + (i * rows) as isize * self.rsa,
+                    ..*self
+                };
+                f(&g, block)
+            });
     }
 
     /// A description with only the sizes set (for [`Self::small`]).
@@ -566,7 +602,7 @@ impl Gemm {
             self.check(a.len(), b.len(), c.len());
             small_gemm::dgemm(self, a, b, c)
         } else {
-            self.packed_dgemm(a, b, c)
+            self.split_rows(c, |g, c| g.packed_dgemm(a, b, c))
         }
     }
 
