@@ -123,6 +123,16 @@ fn uniform(shape: &[usize], seed: u64) -> Array {
     a
 }
 
+/// W1's four inputs of `n` elements.
+fn w1_inputs(n: usize) -> (Array, Array, Array, Array) {
+    (
+        uniform(&[n], 1),
+        uniform(&[n], 2),
+        uniform(&[n], 3),
+        uniform(&[n], 4),
+    )
+}
+
 fn reps_for(bytes: f64, quick: bool) -> usize {
     let r = if bytes > 1e9 {
         7
@@ -150,12 +160,7 @@ fn workloads(quick: bool, only: &Option<Vec<String>>) {
     let mega = 1usize << 20;
     if wanted(only, "W1") {
         for n in [mega, 16 * mega, 64 * mega] {
-            let (a, b, c, d) = (
-                uniform(&[n], 1),
-                uniform(&[n], 2),
-                uniform(&[n], 3),
-                uniform(&[n], 4),
-            );
+            let (a, b, c, d) = w1_inputs(n);
             let bytes = 5.0 * 4.0 * n as f64;
             report_with(
                 "W1",
@@ -174,12 +179,7 @@ fn workloads(quick: bool, only: &Option<Vec<String>>) {
         // The same W1 with every result kept alive until the end of the timing (the user
         // holds them): no output storage comes back, so each call writes fresh pages.
         for n in [16 * mega, 64 * mega] {
-            let (a, b, c, d) = (
-                uniform(&[n], 1),
-                uniform(&[n], 2),
-                uniform(&[n], 3),
-                uniform(&[n], 4),
-            );
+            let (a, b, c, d) = w1_inputs(n);
             let bytes = 5.0 * 4.0 * n as f64;
             let mut kept: Vec<Array> = Vec::new();
             report_with(
