@@ -209,6 +209,12 @@ fn workloads(quick: bool, only: &Option<Vec<String>>) {
             uniform(&[n], 4),
         );
         let bytes = 5.0 * 4.0 * n as f64;
+        // Two kernels (a reduction splits the chain): the intermediate comes from the pool.
+        let two_kernels = || {
+            let t = (&a * &b + &c) * &d - &a;
+            let m = t.max(None, true);
+            (&t - &m).eval().expect("W1 two kernels");
+        };
         let hits0 = kiln_cpu::CpuBackend::pool().stats();
         report(
             "W1_two_kernels_pool",
@@ -216,12 +222,7 @@ fn workloads(quick: bool, only: &Option<Vec<String>>) {
             reps_for(bytes, quick),
             bytes,
             0.0,
-            || {
-                // Two kernels (a reduction splits the chain): the intermediate comes from the pool.
-                let t = (&a * &b + &c) * &d - &a;
-                let m = t.max(None, true);
-                (&t - &m).eval().expect("W1 two kernels");
-            },
+            two_kernels,
         );
         let hits1 = kiln_cpu::CpuBackend::pool().stats();
         json(&[
@@ -236,11 +237,7 @@ fn workloads(quick: bool, only: &Option<Vec<String>>) {
             reps_for(bytes, quick),
             bytes,
             0.0,
-            || {
-                let t = (&a * &b + &c) * &d - &a;
-                let m = t.max(None, true);
-                (&t - &m).eval().expect("W1 two kernels");
-            },
+            two_kernels,
         );
         kiln_cpu::CpuBackend::pool().set_limit(kiln_cpu::DEFAULT_POOL_BYTES);
     }
