@@ -64,10 +64,13 @@ pub trait Float:
     fn fmax(self, y: Self) -> Self;
     /// IEEE min (NaN handled by the caller).
     fn fmin(self, y: Self) -> Self;
+    /// The maximum (`max`) or minimum of `xs`, NaN-propagating (see
+    /// [`crate::vmath::extremum_f32`]).
+    fn extremum(xs: &[Self], max: bool) -> Self;
 }
 
 macro_rules! float {
-    ($t:ident) => {
+    ($t:ident, $extremum:path) => {
         impl Float for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
@@ -138,11 +141,15 @@ macro_rules! float {
             fn fmin(self, y: Self) -> Self {
                 $t::min(self, y)
             }
+            #[inline(always)]
+            fn extremum(xs: &[Self], max: bool) -> Self {
+                $extremum(xs, max)
+            }
         }
     };
 }
-float!(f32);
-float!(f64);
+float!(f32, crate::vmath::extremum_f32);
+float!(f64, crate::vmath::extremum_f64);
 
 /// Integer element types.
 pub trait Int: Elem + Ord {

@@ -477,3 +477,76 @@ versions! {
     /// ```
     pub fn sum_f32 = sum_f32_generic(xs: &[f32]) -> f64
 }
+
+/// The maximum (`max`) or minimum of `xs` in independent lanes, NaN-propagating: any NaN
+/// makes the result the last NaN of `xs`; an empty slice gives the fold's identity (−∞ for
+/// the maximum, +∞ for the minimum). Which zero is returned when `-0.0` and `0.0` tie for the
+/// extremum is unspecified (the lanes see the elements in another order than a left fold).
+macro_rules! extremum_generic {
+    ($name:ident, $t:ty, $lanes:expr) => {
+        #[inline(always)]
+        fn $name<const F: bool>(xs: &[$t], max: bool) -> $t {
+            let init = if max {
+                <$t>::NEG_INFINITY
+            } else {
+                <$t>::INFINITY
+            };
+            let mut p = [init; $lanes];
+            // A lane's NaN flag: x != x, accumulated without a branch.
+            let mut nan = [false; $lanes];
+            let chunks = xs.chunks_exact($lanes);
+            let rest = chunks.remainder();
+            if max {
+                for c in chunks {
+                    for k in 0..$lanes {
+                        let x = c[k];
+                        p[k] = if x > p[k] { x } else { p[k] };
+                        nan[k] |= x != x;
+                    }
+                }
+            } else {
+                for c in chunks {
+                    for k in 0..$lanes {
+                        let x = c[k];
+                        p[k] = if x < p[k] { x } else { p[k] };
+                        nan[k] |= x != x;
+                    }
+                }
+            }
+            let mut m = init;
+            for &x in p.iter().chain(rest) {
+                if (max && x > m) || (!max && x < m) {
+                    m = x;
+                }
+            }
+            if nan.iter().any(|&b| b) || rest.iter().any(|x| x.is_nan()) {
+                return xs.iter().rev().copied().find(|x| x.is_nan()).unwrap_or(m);
+            }
+            m
+        }
+    };
+}
+extremum_generic!(extremum_f32_generic, f32, 32);
+extremum_generic!(extremum_f64_generic, f64, 16);
+
+versions! {
+    /// The maximum (`max = true`) or minimum of `xs`, vectorised; NaN-propagating (a NaN in
+    /// `xs` gives its last NaN); `-inf`/`+inf` for an empty slice.
+    ///
+    /// ```
+    /// assert_eq!(kiln_cpu::vmath::extremum_f32(&[1.0, 5.0, -2.0], true), 5.0);
+    /// assert_eq!(kiln_cpu::vmath::extremum_f32(&[1.0, 5.0, -2.0], false), -2.0);
+    /// assert!(kiln_cpu::vmath::extremum_f32(&[1.0, f32::NAN], true).is_nan());
+    /// ```
+    pub fn extremum_f32 = extremum_f32_generic(xs: &[f32], max: bool) -> f32
+}
+
+versions! {
+    /// [`extremum_f32`] for `f64`.
+    ///
+    /// ```
+    /// assert_eq!(kiln_cpu::vmath::extremum_f64(&[], true), f64::NEG_INFINITY);
+    /// assert_eq!(kiln_cpu::vmath::extremum_f64(&[3.0, -1.0], false), -1.0);
+    /// ```
+    pub fn extremum_f64 = extremum_f64_generic(xs: &[f64], max: bool) -> f64
+}

@@ -235,3 +235,64 @@ fn branch_free_select_is_exact_at_every_isa_level() {
         }
     }
 }
+
+/// A left fold with the reference evaluator's rule: a strictly better value or any NaN
+/// replaces the running extremum.
+fn fold_extremum(xs: &[f64], max: bool) -> f64 {
+    let mut m = if max {
+        f64::NEG_INFINITY
+    } else {
+        f64::INFINITY
+    };
+    for &x in xs {
+        if (max && x > m) || (!max && x < m) || x.is_nan() {
+            m = x;
+        }
+    }
+    m
+}
+
+#[test]
+fn vectorised_extrema_equal_a_left_fold_at_every_isa_level() {
+    // Lengths around the lane counts (tails), the extremum in every lane position, ±inf,
+    // subnormals and NaN payloads (the last NaN is returned, as the fold would).
+    let specials = [f64::INFINITY, f64::NEG_INFINITY, 1e-310, -3.5];
+    for level in Isa::ALL {
+        if level > detected_isa() {
+            continue;
+        }
+        assert_eq!(set_isa(level), level);
+        for n in [0usize, 1, 15, 16, 31, 32, 33, 63, 64, 65, 100, 1000] {
+            for case in 0..6usize {
+                let mut xs: Vec<f64> = (0..n)
+                    .map(|i| ((i * 7919 + case * 31) % 1009) as f64 / 17.0 - 30.0)
+                    .collect();
+                if n > 0 && case >= 1 && case <= specials.len() {
+                    xs[(case * 13) % n] = specials[case - 1];
+                }
+                if n > 2 && case == 5 {
+                    xs[n / 3] = f64::from_bits(0x7ff8_0000_0000_0001);
+                    xs[n - 2] = f64::from_bits(0x7ff8_0000_0000_0002);
+                }
+                for max in [true, false] {
+                    let want = fold_extremum(&xs, max);
+                    let got = vmath::extremum_f64(&xs, max);
+                    assert_eq!(
+                        got.to_bits(),
+                        want.to_bits(),
+                        "f64 {level:?} n {n} case {case} max {max}"
+                    );
+                    let x32: Vec<f32> = xs.iter().map(|&x| x as f32).collect();
+                    let w32: Vec<f64> = x32.iter().map(|&x| x as f64).collect();
+                    let want = fold_extremum(&w32, max) as f32;
+                    let got = vmath::extremum_f32(&x32, max);
+                    assert_eq!(
+                        got.to_bits(),
+                        want.to_bits(),
+                        "f32 {level:?} n {n} case {case} max {max}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -196,6 +196,11 @@ impl<T: Float + Wrap, const MAX: bool> Reducer<T> for MaxFloat<MAX> {
             *a = x;
         }
     }
+    #[inline]
+    fn seg(a: &mut T, xs: &[T]) {
+        // Vectorised over lanes; folding the run's extremum keeps NaN propagation.
+        Self::add(a, T::extremum(xs, MAX));
+    }
     fn finish(a: T) -> T {
         a
     }
