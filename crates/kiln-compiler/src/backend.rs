@@ -64,6 +64,11 @@ pub trait Backend: Send + Sync {
     fn max_kernel_inputs(&self) -> usize {
         usize::MAX
     }
+    /// Whether this backend's reductions store side outputs (prologue results `j ≥ 1` of a
+    /// `KernelKind::Reduce`, see [`crate::Target::reduce_side_outputs`]). Default: no.
+    fn reduce_side_outputs(&self) -> bool {
+        false
+    }
     /// Runs one kernel.
     fn launch(
         &self,

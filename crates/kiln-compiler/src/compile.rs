@@ -63,6 +63,34 @@ pub fn compile(expr: &LazyExpr) -> Result<Compiled> {
     compile_with_limit(expr, usize::MAX)
 }
 
+/// What a backend's kernels can do, as far as the compiler's choices depend on it.
+///
+/// ```
+/// let t = kiln_compiler::Target::default();
+/// assert_eq!(t.max_kernel_inputs, usize::MAX);
+/// assert!(!t.reduce_side_outputs);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Target {
+    /// The most arrays one kernel may read ([`crate::Backend::max_kernel_inputs`]); fused
+    /// groups that would read more are split.
+    pub max_kernel_inputs: usize,
+    /// Whether `KernelKind::Reduce` kernels may store prologue results besides the reduced
+    /// one ([`crate::Backend::reduce_side_outputs`]): an expensive value that a reduction
+    /// reads and later kernels also need is then written by the reduction instead of being
+    /// computed twice (softmax's `exp(x - max)`).
+    pub reduce_side_outputs: bool,
+}
+
+impl Default for Target {
+    fn default() -> Self {
+        Target {
+            max_kernel_inputs: usize::MAX,
+            reduce_side_outputs: false,
+        }
+    }
+}
+
 /// [`compile`] for a backend whose kernels may read at most `max_kernel_inputs` arrays
 /// ([`crate::Backend::max_kernel_inputs`]): fused groups that would read more are split.
 ///
@@ -84,15 +112,37 @@ pub fn compile(expr: &LazyExpr) -> Result<Compiled> {
 /// assert!(c.plan.kernels.iter().all(|k| k.inputs.len() <= 6));
 /// ```
 pub fn compile_with_limit(expr: &LazyExpr, max_kernel_inputs: usize) -> Result<Compiled> {
+    compile_for(
+        expr,
+        Target {
+            max_kernel_inputs,
+            ..Target::default()
+        },
+    )
+}
+
+/// [`compile`] for a backend with the capabilities `target`.
+///
+/// ```
+/// use kiln_compiler::{compile_for, KernelKind, Target};
+/// use kiln_ir::{build, HostData, LazyExpr, ReduceOp, Shape, UnaryOp, BinaryOp};
+/// // e = exp(x); e / sum(e): with side outputs the reduction also stores `e`.
+/// let x = build::data(HostData::from(vec![1.0f32; 6]), Shape::from([2, 3])).unwrap();
+/// let e = build::unary(UnaryOp::Exp, &x).unwrap();
+/// let s = build::reduce(ReduceOp::Sum, &e, Some(&[1]), true).unwrap();
+/// let s = build::broadcast_to(&s, &Shape::from([2, 3])).unwrap();
+/// let y = build::binary(BinaryOp::Div, &e, &s).unwrap();
+/// let t = Target { reduce_side_outputs: true, ..Target::default() };
+/// let c = compile_for(&LazyExpr::from_roots(&[&y]), t).unwrap();
+/// let r = c.plan.kernels.iter().find(|k| matches!(k.kind, KernelKind::Reduce { .. })).unwrap();
+/// assert_eq!(r.outputs.len(), 2);
+/// ```
+pub fn compile_for(expr: &LazyExpr, target: Target) -> Result<Compiled> {
     let source = Graph::from_expr(expr);
     let (graph, _) = rewrite::optimize(&source);
     #[cfg(debug_assertions)]
     graph.verify()?;
-    let fused = fuse::fuse_with_limit(
-        &graph,
-        expr.bindings.scalars.len() as u32,
-        max_kernel_inputs,
-    );
+    let fused = fuse::fuse_for(&graph, expr.bindings.scalars.len() as u32, target);
     let mut plan = fused.plan;
     memory::plan_memory(&mut plan, &expr.bindings.dims);
     #[cfg(debug_assertions)]

@@ -6,7 +6,7 @@
 
 use crate::backend::{run, Backend};
 use crate::cache::GraphCache;
-use crate::compile::{compile_with_limit, Compiled};
+use crate::compile::{compile_for, Compiled, Target};
 use crate::inspect::{report, Report};
 use kiln_ir::{trace, Bindings, HostData, LazyExpr, NodeRef, Result};
 use std::sync::Arc;
@@ -63,9 +63,12 @@ impl<B: Backend> Engine<B> {
             let key = full.key.clone();
             let hash = key.hash();
             let dump = self.dump_dir.clone();
-            let limit = self.backend.max_kernel_inputs();
+            let target = Target {
+                max_kernel_inputs: self.backend.max_kernel_inputs(),
+                reduce_side_outputs: self.backend.reduce_side_outputs(),
+            };
             let c = self.cache.get_or_compile(&key, move || {
-                let c = compile_with_limit(&LazyExpr::from_trace(full), limit)?;
+                let c = compile_for(&LazyExpr::from_trace(full), target)?;
                 if let Some(dir) = dump {
                     let _ = std::fs::create_dir_all(&dir);
                     let _ =

@@ -8,7 +8,8 @@
 //! a non-contiguous view that a reshape merges dimensions of, or an *expensive* elementwise
 //! subtree (cost ≥ [`EXPENSIVE`], transcendental ops counting 8 and arithmetic 1) that has
 //! several users other than reductions (which recompute it in their prologue rather than pay
-//! a write and a read of the array) or is broadcast. Everything else is recomputed inside its users' kernels:
+//! a write and a read of the array), or an elementwise subtree of more than one operation
+//! (cost ≥ [`BROADCAST_COST`]) that is broadcast. Everything else is recomputed inside its users' kernels:
 //! elementwise trees and broadcasts fuse into one pass; elementwise producers fuse into
 //! reductions as a prologue; the elementwise consumers of a matmul that only they read fuse
 //! into it as an epilogue. Values that are the same for every element (scalars and
@@ -16,6 +17,7 @@
 //!
 //! Depends on [`crate::graph`], [`crate::plan`], [`crate::rewrite`] and `kiln-ir`.
 
+use crate::compile::Target;
 use crate::graph::{GNode, Graph};
 use crate::plan::{
     Input, Inst, InstOp, Kernel, KernelKind, OutputRef, Plan, Program, Source, View, ViewOp,
@@ -26,6 +28,10 @@ use smallvec::SmallVec;
 
 /// Subtree cost at which an elementwise value with several users is materialised.
 pub const EXPENSIVE: u32 = 8;
+
+/// Subtree cost at which an elementwise value that is broadcast is materialised (computed
+/// once per element of the small side instead of once per element of the broadcast).
+pub const BROADCAST_COST: u32 = 2;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Class {
@@ -92,6 +98,8 @@ struct Builder<'g> {
     g: &'g Graph,
     class: Vec<Class>,
     mat: Vec<bool>,
+    /// Per node: the reduction that stores it as a side output (pass D).
+    side_of: Vec<Option<u32>>,
     slot_of: Vec<Option<u32>>,
     prelude_of: Vec<Option<u32>>,
     n_scalars: u32,
@@ -103,13 +111,27 @@ struct Builder<'g> {
 ///
 /// `n_scalars` is the length of the run-time scalar table (`Bindings::scalars`).
 pub fn fuse(g: &Graph, n_scalars: u32) -> Fused {
-    fuse_with_limit(g, n_scalars, usize::MAX)
+    fuse_for(g, n_scalars, Target::default())
 }
 
 /// [`fuse`] for a backend whose kernels read at most `max_inputs` arrays (a GPU's binding
 /// limit): fused elementwise trees that would read more are split by materialising their
 /// largest subtrees (see [`limit_inputs`]). `usize::MAX`: no limit.
 pub fn fuse_with_limit(g: &Graph, n_scalars: u32, max_inputs: usize) -> Fused {
+    fuse_for(
+        g,
+        n_scalars,
+        Target {
+            max_kernel_inputs: max_inputs,
+            ..Target::default()
+        },
+    )
+}
+
+/// [`fuse`] for a backend with the capabilities `target` (input limit, reduction side
+/// outputs; see [`Target`]).
+pub fn fuse_for(g: &Graph, n_scalars: u32, target: Target) -> Fused {
+    let max_inputs = target.max_kernel_inputs;
     let n = g.nodes.len();
     let mut class = vec![Class::Source; n];
     for (i, node) in g.nodes.iter().enumerate() {
@@ -236,17 +258,26 @@ pub fn fuse_with_limit(g: &Graph, n_scalars: u32, max_inputs: usize) -> Fused {
                     }
                 })
                 .sum::<u32>();
-        if !mat[i] && cost[i] >= EXPENSIVE && (uses[i] > 1 || broadcast_user[i]) {
+        // A broadcast user repeats the subtree for every copy of each element: anything more
+        // than one operation is cheaper computed once, before the broadcast.
+        let repeated = broadcast_user[i] && cost[i] >= BROADCAST_COST;
+        if !mat[i] && ((cost[i] >= EXPENSIVE && uses[i] > 1) || repeated) {
             mat[i] = true;
         }
     }
     if max_inputs != usize::MAX {
         limit_inputs(g, &class, &mut mat, max_inputs);
     }
+    let side_of = if target.reduce_side_outputs {
+        side_outputs(g, &class, &mut mat, &cost)
+    } else {
+        vec![None; n]
+    };
     let mut b = Builder {
         g,
         class,
         mat,
+        side_of,
         slot_of: vec![None; n],
         prelude_of: vec![None; n],
         n_scalars,
@@ -258,6 +289,57 @@ pub fn fuse_with_limit(g: &Graph, n_scalars: u32, max_inputs: usize) -> Fused {
         plan: b.plan,
         cluster: b.cluster,
     }
+}
+
+/// Pass D (side outputs): an expensive elementwise value (cost ≥ [`EXPENSIVE`]) that a
+/// reduction reads directly as its operand and that later kernels also read is stored by the
+/// reduction (a second prologue result) instead of being computed again by each of them:
+/// softmax's `exp(x - max)` is computed once, by the sum. Only where every other user comes
+/// after the reduction in node order (so the value is written before it is read) and the
+/// reduced axes are a trailing run of the space or exclude its last axis (the side output is
+/// then stored in the order the reduction visits positions). Returns, per node, the
+/// reduction that stores it; those nodes are marked materialised.
+fn side_outputs(g: &Graph, class: &[Class], mat: &mut [bool], cost: &[u32]) -> Vec<Option<u32>> {
+    let n = g.nodes.len();
+    let mut side_of = vec![None; n];
+    // Per node: the nodes reading it (graph outputs are materialised already).
+    let mut users: Vec<SmallVec<[u32; 4]>> = vec![SmallVec::new(); n];
+    for (i, node) in g.nodes.iter().enumerate() {
+        for &j in &node.inputs {
+            if !users[j as usize].contains(&(i as u32)) {
+                users[j as usize].push(i as u32);
+            }
+        }
+    }
+    for (r, node) in g.nodes.iter().enumerate() {
+        let Op::Reduce { axes, .. } = &node.op else {
+            continue;
+        };
+        let v = node.inputs[0] as usize;
+        let rank = g.nodes[v].sym.len();
+        let trailing = axes
+            .iter()
+            .enumerate()
+            .all(|(k, &a)| a == rank - axes.len() + k);
+        let keeps_last = rank > 0 && !axes.contains(&(rank - 1));
+        let others: SmallVec<[u32; 4]> = users[v]
+            .iter()
+            .copied()
+            .filter(|&u| u as usize != r)
+            .collect();
+        if class[v] == Class::Elementwise
+            && !mat[v]
+            && side_of[v].is_none()
+            && cost[v] >= EXPENSIVE
+            && (trailing || keeps_last)
+            && !others.is_empty()
+            && others.iter().all(|&u| u as usize > r)
+        {
+            side_of[v] = Some(r as u32);
+            mat[v] = true;
+        }
+    }
+    side_of
 }
 
 /// Pass C (binding limit): bounds the arrays a fused kernel reads. Every elementwise tree
@@ -546,7 +628,10 @@ impl Builder<'_> {
     fn build(&mut self) {
         let g = self.g;
         for i in 0..g.nodes.len() as u32 {
-            if !self.mat[i as usize] || self.slot_of[i as usize].is_some() {
+            if !self.mat[i as usize]
+                || self.slot_of[i as usize].is_some()
+                || self.side_of[i as usize].is_some()
+            {
                 continue;
             }
             let node = &g.nodes[i as usize];
@@ -554,8 +639,15 @@ impl Builder<'_> {
                 Op::Reduce { .. } | Op::ArgReduce { .. } => {
                     // the reduced operand's producers fuse in as a prologue
                     let mut pb = ProgramBuilder::new();
-                    let v = self.emit(&mut pb, node.inputs[0], u32::MAX, &[]);
+                    let operand = node.inputs[0];
+                    let side = self.side_of[operand as usize] == Some(i);
+                    // a side output is computed here (as the emit root), not loaded
+                    let root = if side { operand } else { u32::MAX };
+                    let v = self.emit(&mut pb, operand, root, &[]);
                     pb.program.results.push(v);
+                    if side {
+                        pb.program.results.push(v); // stored over the space as output 1
+                    }
                     let kind = match &node.op {
                         Op::Reduce { op, axes } => KernelKind::Reduce {
                             program: pb.program,
@@ -569,8 +661,11 @@ impl Builder<'_> {
                         },
                         _ => unreachable!(),
                     };
-                    let space = g.nodes[node.inputs[0] as usize].sym.clone();
-                    let slot = self.new_slot(i);
+                    let space = g.nodes[operand as usize].sym.clone();
+                    let mut outputs: SmallVec<[u32; 1]> = [self.new_slot(i)].into_iter().collect();
+                    if side {
+                        outputs.push(self.new_slot(operand));
+                    }
                     let mut fused = pb.fused;
                     fused.push(i);
                     self.push_kernel(
@@ -578,7 +673,7 @@ impl Builder<'_> {
                             kind,
                             space,
                             inputs: pb.inputs,
-                            outputs: [slot].into_iter().collect(),
+                            outputs,
                         },
                         &fused,
                     );

@@ -20,7 +20,7 @@ pub mod rewrite;
 
 pub use backend::{eval_prelude, run, Arg, Backend, Launch};
 pub use cache::{CacheStats, GraphCache, MissReason, MissRecord};
-pub use compile::{compile, compile_with_limit, Compiled};
+pub use compile::{compile, compile_for, compile_with_limit, Compiled, Target};
 pub use engine::{Engine, DEFAULT_CAPACITY};
 pub use graph::{GNode, Graph};
 pub use inspect::{KernelReport, Report};

@@ -315,7 +315,10 @@ pub enum KernelKind {
     /// Evaluates `program` over `space` (inputs viewed over `space`) and reduces result 0
     /// over `axes` into output 0: `space` with `axes` set to 1, contiguous. Sums and products
     /// of floats should accumulate at least as accurately as pairwise summation; integers
-    /// wrap; `max`/`min` propagate NaN.
+    /// wrap; `max`/`min` propagate NaN. Results `j ≥ 1` (*side outputs*, only for a
+    /// [`crate::Target`] with `reduce_side_outputs`) are stored elementwise into output `j`
+    /// (contiguous, shape `space`); the compiler emits them only where `axes` are a trailing
+    /// run of the space's axes or do not contain its last axis.
     Reduce {
         /// The prologue producing the values to reduce.
         program: Program,
@@ -517,6 +520,15 @@ impl Plan {
                     if self.slots[s as usize].dtype != input.dtype {
                         return fail(format!("slot {s} read with the wrong dtype"));
                     }
+                }
+            }
+            if let KernelKind::Reduce { program, .. } = &kernel.kind {
+                if program.results.len() != kernel.outputs.len() {
+                    return fail(format!(
+                        "a reduction of {} results writes {} outputs",
+                        program.results.len(),
+                        kernel.outputs.len()
+                    ));
                 }
             }
             for &s in &kernel.outputs {

@@ -171,6 +171,10 @@ impl Backend for CpuBackend {
         })
     }
 
+    fn reduce_side_outputs(&self) -> bool {
+        true
+    }
+
     fn launch(
         &self,
         kernel: &Kernel,

@@ -537,6 +537,13 @@ impl WgpuBackend {
                 kernels::elementwise(caps, kernel, program, launch, how, out_dtypes)?,
                 program_int_dtype(program),
             ),
+            KernelKind::Reduce { program, .. } if program.results.len() != 1 => {
+                // `reduce_side_outputs` is false here, so the compiler never emits these.
+                return Err(internal(format!(
+                    "a reduction with {} results (side outputs are not supported on wgpu)",
+                    program.results.len()
+                )));
+            }
             KernelKind::Reduce { program, op, axes } => (
                 kernels::reduce(caps, kernel, program, *op, axes, launch, how, out_dtypes[0])?,
                 program_int_dtype(program),

@@ -15,7 +15,7 @@ use crate::buffer::CpuBuffer;
 use crate::interp::{Interp, BLOCK};
 use crate::ops::{Float, Int};
 use crate::source::{self, AliasPolicy, Src};
-use crate::typed::{copy_cast, Elem, TSlice, Wrap};
+use crate::typed::{copy_cast, Elem, TSlice, TSliceMut, Wrap};
 use crate::walk::{internal, Walk};
 use kiln_compiler::{Arg, Kernel, Launch, Program};
 use kiln_ir::{ArgReduceOp, DType, ReduceOp, Result};
@@ -269,14 +269,23 @@ pub fn run(
         .map(|a| if axes.contains(&a) { 1 } else { space[a] })
         .collect();
     let out_numel: usize = kept.iter().product();
-    check_outputs(outputs, 1, out_numel)?;
-    if program.results.len() != 1 {
+    let results = program.results.len();
+    if results == 0 || outputs.len() != results {
         return Err(internal(format!(
-            "a reduction prologue with {} results",
-            program.results.len()
+            "a reduction prologue with {results} results writes {} outputs",
+            outputs.len()
         )));
     }
+    check_outputs(&outputs[..1], 1, out_numel)?;
+    check_outputs(&outputs[1..], results - 1, numel)?;
     let perm = order(rank, axes);
+    if results > 1 && perm.iter().enumerate().any(|(k, &a)| k != a) {
+        // Side outputs are stored in visiting order; the compiler emits them only where
+        // that order is the space's own (see `KernelKind::Reduce`).
+        return Err(internal(format!(
+            "side outputs of a reduction over axes {axes:?} of a space of rank {rank}"
+        )));
+    }
     // Output position of each space position: keepdims strides, 0 on reduced axes.
     let mut ostrides = vec![0isize; rank];
     let mut acc = 1isize;
@@ -298,6 +307,8 @@ pub fn run(
     let srcs = source::build(kernel, launch, inputs, &snaps, outputs, Some(&perm))?;
     let mut interp = Interp::new(program, &srcs, None, launch.scalars, numel)?;
     let dt = interp.result_dtype(0);
+    let (first, rest) = outputs.split_first_mut().expect("one output at least");
+    let side: Vec<TSliceMut<'_>> = rest.iter_mut().map(|b| b.as_mut_slice()).collect();
     let e = &mut Engine {
         interp: &mut interp,
         fresh: || Interp::new(program, &srcs, None, launch.scalars, numel),
@@ -306,6 +317,7 @@ pub fn run(
         numel,
         out_numel,
         grouped: rank > 0 && axes.contains(&(rank - 1)),
+        side: Some(side),
     };
     use ReduceOp::*;
     let result = match (op, dt) {
@@ -328,11 +340,24 @@ pub fn run(
         (Min, DType::I32) => e.go::<i32, MaxInt<false>>()?,
         (Min, DType::I64) => e.go::<i64, MaxInt<false>>()?,
     };
-    copy_cast(
-        result.as_slice(),
-        outputs[0].as_mut_slice().range(0, out_numel),
-    );
+    copy_cast(result.as_slice(), first.as_mut_slice().range(0, out_numel));
     Ok(())
+}
+
+/// Cuts each side output (all of `numel` positions) into consecutive pieces of `len`
+/// positions: one `Vec` of pieces per task.
+fn split_side<'a>(side: Vec<TSliceMut<'a>>, numel: usize, len: usize) -> Vec<Vec<TSliceMut<'a>>> {
+    let tasks = numel.div_ceil(len.max(1));
+    let mut out: Vec<Vec<TSliceMut<'a>>> = (0..tasks).map(|_| Vec::new()).collect();
+    for o in side {
+        let (mut rest, _) = o.split_at(numel);
+        for (t, pieces) in out.iter_mut().enumerate() {
+            let (head, tail) = rest.split_at(len.min(numel - t * len));
+            pieces.push(head);
+            rest = tail;
+        }
+    }
+    out
 }
 
 struct Engine<'e, 'p, 's, N> {
@@ -345,6 +370,8 @@ struct Engine<'e, 'p, 's, N> {
     out_numel: usize,
     /// Each output's positions are one contiguous run (the last axis is reduced).
     grouped: bool,
+    /// Side outputs (results 1.. stored over the space, in visiting order); taken by `go`.
+    side: Option<Vec<TSliceMut<'s>>>,
 }
 
 impl<'p, N: Fn() -> Result<Interp<'p>> + Sync> Engine<'_, 'p, '_, N> {
@@ -355,17 +382,19 @@ impl<'p, N: Fn() -> Result<Interp<'p>> + Sync> Engine<'_, 'p, '_, N> {
     fn go<T: Elem, R: Reducer<T>>(&mut self) -> Result<crate::typed::TypedVec> {
         let mut acc = vec![R::init(); self.out_numel];
         let (srcs, owalk, numel) = (self.srcs, self.owalk, self.numel);
+        let mut side = self.side.take().unwrap_or_default();
         if numel >= PAR_MIN && self.grouped && self.out_numel == 1 {
-            let nch = numel.div_ceil(CHUNK);
-            let parts: Vec<Result<R::A>> = (0..nch)
+            let pieces = split_side(side, numel, CHUNK);
+            let parts: Vec<Result<R::A>> = pieces
                 .into_par_iter()
+                .enumerate()
                 .map_init(
                     || (self.fresh)().ok(),
-                    |it, c| {
+                    |it, (c, mut side)| {
                         let it = it.as_mut().ok_or_else(rebuild_failed)?;
                         let mut a = [R::init()];
-                        let end = ((c + 1) * CHUNK).min(numel);
-                        fold::<T, R>(it, srcs, owalk, c * CHUNK, end, &mut a, 0)?;
+                        let (s, e) = (c * CHUNK, ((c + 1) * CHUNK).min(numel));
+                        fold::<T, R>(it, srcs, owalk, (s, e), &mut a, 0, &mut side)?;
                         Ok(a[0])
                     },
                 )
@@ -376,22 +405,25 @@ impl<'p, N: Fn() -> Result<Interp<'p>> + Sync> Engine<'_, 'p, '_, N> {
         } else if numel >= PAR_MIN && self.grouped && self.out_numel > 0 {
             let len = numel / self.out_numel;
             let per = (CHUNK / len.max(1)).max(1);
+            let mut pieces = split_side(side, numel, per * len);
+            pieces.resize_with(self.out_numel.div_ceil(per), Vec::new);
             let results: Vec<Result<()>> = acc
                 .par_chunks_mut(per)
+                .zip(pieces.into_par_iter())
                 .enumerate()
                 .map_init(
                     || (self.fresh)().ok(),
-                    |it, (t, accs)| {
+                    |it, (t, (accs, mut side))| {
                         let it = it.as_mut().ok_or_else(rebuild_failed)?;
                         let first = t * per;
                         let (s, e) = (first * len, (first + accs.len()) * len);
-                        fold::<T, R>(it, srcs, owalk, s, e, accs, first)
+                        fold::<T, R>(it, srcs, owalk, (s, e), accs, first, &mut side)
                     },
                 )
                 .collect();
             results.into_iter().collect::<Result<()>>()?;
         } else {
-            fold::<T, R>(self.interp, srcs, owalk, 0, numel, &mut acc, 0)?;
+            fold::<T, R>(self.interp, srcs, owalk, (0, numel), &mut acc, 0, &mut side)?;
         }
         Ok(R::Out::wrap(acc.into_iter().map(R::finish).collect()))
     }
@@ -401,21 +433,28 @@ fn rebuild_failed() -> kiln_ir::Error {
     internal("an interpreter failed to build twice".into())
 }
 
-/// Folds positions `start..end` into `acc`, whose element 0 is output `acc_base`.
+/// Folds positions `start..end` into `acc`, whose element 0 is output `acc_base`, and
+/// stores result `j + 1` of each position `p` into `side[j]` at `p - start` (side outputs).
 fn fold<T: Elem, R: Reducer<T>>(
     interp: &mut Interp<'_>,
     srcs: &[Src<'_>],
     owalk: &Walk,
-    start: usize,
-    end: usize,
+    (start, end): (usize, usize),
     acc: &mut [R::A],
     acc_base: usize,
+    side: &mut [TSliceMut<'_>],
 ) -> Result<()> {
     let ab = acc_base as isize;
     let mut s = start;
     while s < end {
         let n = BLOCK.min(end - s);
         interp.eval(srcs, &mut [], s, n)?;
+        for (j, out) in side.iter_mut().enumerate() {
+            copy_cast(
+                interp.result(j + 1, srcs, s, n),
+                out.range(s - start, s - start + n),
+            );
+        }
         let vals: &[T] = slice_of(interp.result(0, srcs, s, n));
         owalk.runs(s, n, |pos, base, stride, len| {
             let xs = &vals[pos..pos + len];
