@@ -128,8 +128,30 @@ pub fn eval_prelude(prelude: &Program, table: &mut Vec<Scalar>) -> Result<()> {
 
 /// Executes `plan` with `bindings` on `backend`; returns one value per plan output.
 ///
+/// See [`crate::Engine`] for the usual entry point (cache + compile + run).
+///
 /// ```
-/// // See `kiln_compiler::Engine` for the usual entry point (cache + compile + run).
+/// use kiln_compiler::{Arg, Backend, Kernel, Launch};
+/// use kiln_ir::{DType, HostData, Result};
+/// // A host "device" that only passes data through (it runs no kernels).
+/// struct Host;
+/// impl Backend for Host {
+///     type Buffer = HostData;
+///     fn name(&self) -> &'static str { "host" }
+///     fn allocate(&self, dtype: DType, _: usize) -> Result<HostData> {
+///         Err(kiln_ir::Error::InvalidArgument { op: "allocate", message: format!("no {dtype} buffers"), hint: "use a real backend".into() })
+///     }
+///     fn release(&self, _: HostData) {}
+///     fn upload(&self, d: &HostData) -> Result<HostData> { Ok(d.clone()) }
+///     fn download(&self, b: HostData, _: DType, _: usize) -> Result<HostData> { Ok(b) }
+///     fn launch(&self, _: &Kernel, _: &Launch<'_>, _: &[Arg<'_, HostData>], _: &mut [HostData]) -> Result<()> {
+///         Err(kiln_ir::Error::InvalidArgument { op: "launch", message: "no kernels".into(), hint: "use a real backend".into() })
+///     }
+/// }
+/// use kiln_compiler::{run, OutputRef, Plan};
+/// let plan = Plan { outputs: vec![OutputRef::Param(0)], ..Plan::default() };
+/// let b = kiln_ir::Bindings { params: vec![HostData::from(vec![1.0f32, 2.0])], ..Default::default() };
+/// assert_eq!(run(&Host, &plan, &b).unwrap()[0].len(), 2);
 /// ```
 pub fn run<B: Backend>(backend: &B, plan: &Plan, bindings: &Bindings) -> Result<Vec<HostData>> {
     let mut scalars = bindings.scalars.clone();

@@ -2,7 +2,7 @@
 //! run on a backend. Also the inspection entry point. `KILN_DUMP_DIR=dir` writes the DOT of
 //! each newly compiled graph, before and after the passes, to `dir`.
 //!
-//! Depends on [`crate::cache`], [`crate::compile`], [`crate::backend`], [`crate::inspect`].
+//! Depends on [`crate::cache`], [`mod@crate::compile`], [`crate::backend`], [`crate::inspect`].
 
 use crate::backend::{run, Backend};
 use crate::cache::GraphCache;
@@ -16,8 +16,30 @@ pub const DEFAULT_CAPACITY: usize = 512;
 
 /// A backend with its graph cache.
 ///
+/// kiln's front end holds one `Engine<kiln_cpu::CpuBackend>` (see `kiln::eval`).
+///
 /// ```
-/// // kiln's front end holds one `Engine<kiln_cpu::CpuBackend>`; see `kiln::eval`.
+/// use kiln_compiler::{Arg, Backend, Kernel, Launch};
+/// use kiln_ir::{DType, HostData, Result};
+/// // A host "device" that only passes data through (it runs no kernels).
+/// struct Host;
+/// impl Backend for Host {
+///     type Buffer = HostData;
+///     fn name(&self) -> &'static str { "host" }
+///     fn allocate(&self, dtype: DType, _: usize) -> Result<HostData> {
+///         Err(kiln_ir::Error::InvalidArgument { op: "allocate", message: format!("no {dtype} buffers"), hint: "use a real backend".into() })
+///     }
+///     fn release(&self, _: HostData) {}
+///     fn upload(&self, d: &HostData) -> Result<HostData> { Ok(d.clone()) }
+///     fn download(&self, b: HostData, _: DType, _: usize) -> Result<HostData> { Ok(b) }
+///     fn launch(&self, _: &Kernel, _: &Launch<'_>, _: &[Arg<'_, HostData>], _: &mut [HostData]) -> Result<()> {
+///         Err(kiln_ir::Error::InvalidArgument { op: "launch", message: "no kernels".into(), hint: "use a real backend".into() })
+///     }
+/// }
+/// let engine = kiln_compiler::Engine::new(Host, 16);
+/// let a = kiln_ir::build::data(HostData::from(vec![3i32; 4]), kiln_ir::Shape::from([4])).unwrap();
+/// assert_eq!(engine.evaluate(&[&a]).unwrap()[0].len(), 4);
+/// assert_eq!(engine.cache().stats().misses, 1);
 /// ```
 pub struct Engine<B: Backend> {
     backend: B,

@@ -116,7 +116,7 @@ pub fn fuse(g: &Graph, n_scalars: u32) -> Fused {
 
 /// [`fuse`] for a backend whose kernels read at most `max_inputs` arrays (a GPU's binding
 /// limit): fused elementwise trees that would read more are split by materialising their
-/// largest subtrees (see [`limit_inputs`]). `usize::MAX`: no limit.
+/// largest subtrees (pass C, `limit_inputs`). `usize::MAX`: no limit.
 pub fn fuse_with_limit(g: &Graph, n_scalars: u32, max_inputs: usize) -> Fused {
     fuse_for(
         g,

@@ -1,6 +1,6 @@
 //! The inspector: what a compiled plan will do for given sizes — kernels and what each fused,
 //! allocations, peak bytes, bytes read and written — so tests can assert "this expression is
-//! one kernel and one allocation". Depends on [`crate::compile`], [`crate::plan`],
+//! one kernel and one allocation". Depends on [`mod@crate::compile`], [`crate::plan`],
 //! [`crate::memory`].
 
 use crate::compile::Compiled;

@@ -1,5 +1,5 @@
 //! Vectorised math: branch-free per-lane functions that the compiler turns into SIMD loops
-//! (inlined into the [`crate::simd`] copies for SSE2, AVX2 + FMA and AVX-512), and the slice
+//! (inlined into the `simd` module's copies for SSE2, AVX2 + FMA and AVX-512), and the slice
 //! kernels built from them.
 //!
 //! Every function takes a const `FMA` flag (fused multiply-add in the AVX2/AVX-512 copies,

@@ -1,4 +1,4 @@
-//! WGSL generation shared by every kernel kind: the [`Gen`] builder (bindings, the `kmeta`
+//! WGSL generation shared by every kernel kind: the `Gen` builder (bindings, the `kmeta`
 //! word table that carries sizes, strides and scalars so one shader serves every size, the
 //! helper functions used), index arithmetic over strided views, and the translation of a
 //! plan [`Program`] into WGSL statements.

@@ -1,5 +1,5 @@
 //! One function per plan kernel kind, each turning a kernel and its launch into
-//! [`Dispatch`]es: WGSL text (structure only), the `kmeta` words and `f64` scalars of this
+//! `Dispatch`es: WGSL text (structure only), the `kmeta` words and `f64` scalars of this
 //! launch, the bindings, and the workgroup count.
 //!
 //! Index spaces map to threads as follows: elementwise, take, scatter-add and concat run one
