@@ -420,6 +420,18 @@ pub fn binary(op: BinaryOp, a: TSlice<'_>, b: TSlice<'_>, out: TSliceMut<'_>) ->
         let o = out_mut::<bool>(out, n);
         match (a, b) {
             (TSlice::Bool(x), TSlice::Bool(y)) => compare(op, x, y, o),
+            (TSlice::I32(x), TSlice::I32(y)) if lanes() => {
+                crate::vmath::compare_i32(op, x, y, o);
+            }
+            (TSlice::I64(x), TSlice::I64(y)) if lanes() => {
+                crate::vmath::compare_i64(op, x, y, o);
+            }
+            (TSlice::F32(x), TSlice::F32(y)) if lanes() => {
+                crate::vmath::compare_f32(op, x, y, o);
+            }
+            (TSlice::F64(x), TSlice::F64(y)) if lanes() => {
+                crate::vmath::compare_f64(op, x, y, o);
+            }
             (TSlice::I32(x), TSlice::I32(y)) => compare(op, x, y, o),
             (TSlice::I64(x), TSlice::I64(y)) => compare(op, x, y, o),
             (TSlice::F32(x), TSlice::F32(y)) => compare(op, x, y, o),

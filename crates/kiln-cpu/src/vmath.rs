@@ -550,3 +550,86 @@ versions! {
     /// ```
     pub fn extremum_f64 = extremum_f64_generic(xs: &[f64], max: bool) -> f64
 }
+
+/// `o[i] = x[i] <op> y[i]` for a comparison `op` (over the shortest of the three slices);
+/// IEEE semantics: a NaN compares unequal to everything.
+#[inline(always)]
+fn compare_lanes<T: PartialOrd + Copy>(op: BinaryOp, x: &[T], y: &[T], o: &mut [bool]) -> bool {
+    let n = x.len().min(y.len()).min(o.len());
+    let (x, y, o) = (&x[..n], &y[..n], &mut o[..n]);
+    macro_rules! each {
+        ($f:expr) => {
+            for i in 0..n {
+                o[i] = $f(x[i], y[i]);
+            }
+        };
+    }
+    match op {
+        BinaryOp::Eq => each!(|a, b| a == b),
+        BinaryOp::Ne => each!(|a, b| a != b),
+        BinaryOp::Lt => each!(|a, b| a < b),
+        BinaryOp::Le => each!(|a, b| a <= b),
+        BinaryOp::Gt => each!(|a, b| a > b),
+        BinaryOp::Ge => each!(|a, b| a >= b),
+        _ => return false,
+    }
+    true
+}
+
+macro_rules! compare_generic {
+    ($name:ident, $t:ty) => {
+        #[inline(always)]
+        fn $name<const F: bool>(op: BinaryOp, x: &[$t], y: &[$t], o: &mut [bool]) -> bool {
+            compare_lanes(op, x, y, o)
+        }
+    };
+}
+compare_generic!(compare_f32_generic, f32);
+compare_generic!(compare_f64_generic, f64);
+compare_generic!(compare_i32_generic, i32);
+compare_generic!(compare_i64_generic, i64);
+
+versions! {
+    /// `o[i] = x[i] <op> y[i]` for the comparisons `Eq Ne Lt Le Gt Ge`, vectorised at the
+    /// current [`crate::isa`] level; returns false (writing nothing) for any other op.
+    ///
+    /// ```
+    /// let mut o = [false; 3];
+    /// assert!(kiln_cpu::vmath::compare_f32(kiln_ir::BinaryOp::Gt, &[1.0, 2.0, f32::NAN], &[1.5, 1.5, 0.0], &mut o));
+    /// assert_eq!(o, [false, true, false]);
+    /// ```
+    pub fn compare_f32 = compare_f32_generic(op: BinaryOp, x: &[f32], y: &[f32], o: &mut [bool]) -> bool
+}
+
+versions! {
+    /// [`compare_f32`] for `f64`.
+    ///
+    /// ```
+    /// let mut o = [false; 2];
+    /// assert!(kiln_cpu::vmath::compare_f64(kiln_ir::BinaryOp::Ne, &[1.0, f64::NAN], &[1.0, f64::NAN], &mut o));
+    /// assert_eq!(o, [false, true]);
+    /// ```
+    pub fn compare_f64 = compare_f64_generic(op: BinaryOp, x: &[f64], y: &[f64], o: &mut [bool]) -> bool
+}
+
+versions! {
+    /// [`compare_f32`] for `i32`.
+    ///
+    /// ```
+    /// let mut o = [false; 2];
+    /// assert!(kiln_cpu::vmath::compare_i32(kiln_ir::BinaryOp::Le, &[1, 3], &[2, 2], &mut o));
+    /// assert_eq!(o, [true, false]);
+    /// ```
+    pub fn compare_i32 = compare_i32_generic(op: BinaryOp, x: &[i32], y: &[i32], o: &mut [bool]) -> bool
+}
+
+versions! {
+    /// [`compare_f32`] for `i64`.
+    ///
+    /// ```
+    /// let mut o = [false; 2];
+    /// assert!(kiln_cpu::vmath::compare_i64(kiln_ir::BinaryOp::Eq, &[i64::MIN, 3], &[i64::MIN, 2], &mut o));
+    /// assert_eq!(o, [true, false]);
+    /// ```
+    pub fn compare_i64 = compare_i64_generic(op: BinaryOp, x: &[i64], y: &[i64], o: &mut [bool]) -> bool
+}

@@ -296,3 +296,83 @@ fn vectorised_extrema_equal_a_left_fold_at_every_isa_level() {
         }
     }
 }
+
+#[test]
+fn vectorised_comparisons_follow_ieee_at_every_isa_level() {
+    use kiln_ir::BinaryOp::{self, *};
+    // NaN unordered, -0.0 == 0.0, infinities ordered; lengths around the vector widths.
+    let fs = [
+        0.0f64,
+        -0.0,
+        1.5,
+        -1.5,
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        1e-310,
+    ];
+    let want = |op: BinaryOp, a: f64, b: f64| match op {
+        Eq => a == b,
+        Ne => a != b,
+        Lt => a < b,
+        Le => a <= b,
+        Gt => a > b,
+        _ => a >= b,
+    };
+    for level in Isa::ALL {
+        if level > detected_isa() {
+            continue;
+        }
+        assert_eq!(set_isa(level), level);
+        for n in [0usize, 1, 15, 16, 17, 64, 67] {
+            let x: Vec<f64> = (0..n).map(|i| fs[i % fs.len()]).collect();
+            let y: Vec<f64> = (0..n)
+                .map(|i| fs[(i / fs.len() + i * 3) % fs.len()])
+                .collect();
+            for op in [Eq, Ne, Lt, Le, Gt, Ge] {
+                let expect: Vec<bool> = x.iter().zip(&y).map(|(&a, &b)| want(op, a, b)).collect();
+                let mut o = vec![false; n];
+                assert!(vmath::compare_f64(op, &x, &y, &mut o));
+                assert_eq!(o, expect, "f64 {op:?} at {level:?}, n {n}");
+                let (x32, y32): (Vec<f32>, Vec<f32>) = (
+                    x.iter().map(|&v| v as f32).collect(),
+                    y.iter().map(|&v| v as f32).collect(),
+                );
+                let expect: Vec<bool> = x32
+                    .iter()
+                    .zip(&y32)
+                    .map(|(&a, &b)| want(op, a as f64, b as f64))
+                    .collect();
+                assert!(vmath::compare_f32(op, &x32, &y32, &mut o));
+                assert_eq!(o, expect, "f32 {op:?} at {level:?}, n {n}");
+                let xi: Vec<i64> = (0..n as i64)
+                    .map(|i| (i * 7) % 5 - 2 + i64::MIN * (i % 2))
+                    .collect();
+                let yi: Vec<i64> = (0..n as i64).map(|i| (i * 3) % 5 - 2).collect();
+                let expect: Vec<bool> = xi
+                    .iter()
+                    .zip(&yi)
+                    .map(|(&a, &b)| want(op, a as f64, b as f64))
+                    .collect();
+                assert!(vmath::compare_i64(op, &xi, &yi, &mut o));
+                assert_eq!(o, expect, "i64 {op:?} at {level:?}, n {n}");
+                let (x3, y3): (Vec<i32>, Vec<i32>) = (
+                    xi.iter().map(|&v| (v % 1000) as i32).collect(),
+                    yi.iter().map(|&v| v as i32).collect(),
+                );
+                let expect: Vec<bool> = x3
+                    .iter()
+                    .zip(&y3)
+                    .map(|(&a, &b)| want(op, a as f64, b as f64))
+                    .collect();
+                assert!(vmath::compare_i32(op, &x3, &y3, &mut o));
+                assert_eq!(o, expect, "i32 {op:?} at {level:?}, n {n}");
+            }
+            let mut o = vec![true; n];
+            assert!(
+                !vmath::compare_f32(Add, &[], &[], &mut o),
+                "Add is not a comparison"
+            );
+        }
+    }
+}
