@@ -329,50 +329,56 @@ fn vectorised_comparisons_follow_ieee_at_every_isa_level() {
             let y: Vec<f64> = (0..n)
                 .map(|i| fs[(i / fs.len() + i * 3) % fs.len()])
                 .collect();
+            let xi: Vec<i64> = (0..n as i64)
+                .map(|i| {
+                    if i % 2 == 1 {
+                        i64::MIN + (i * 7) % 5
+                    } else {
+                        (i * 7) % 5 - 2
+                    }
+                })
+                .collect();
+            let yi: Vec<i64> = (0..n as i64).map(|i| (i * 3) % 5 - 2).collect();
+            let (x32, y32): (Vec<f32>, Vec<f32>) = (
+                x.iter().map(|&v| v as f32).collect(),
+                y.iter().map(|&v| v as f32).collect(),
+            );
+            let (x3, y3): (Vec<i32>, Vec<i32>) = (
+                xi.iter().map(|&v| (v % 1000) as i32).collect(),
+                yi.iter().map(|&v| v as i32).collect(),
+            );
+            // The expected mask from the operands widened to f64 (exact for these values).
+            let expect =
+                |op: BinaryOp,
+                 a: &mut dyn Iterator<Item = f64>,
+                 b: &mut dyn Iterator<Item = f64>|
+                 -> Vec<bool> { a.zip(b).map(|(a, b)| want(op, a, b)).collect() };
             for op in [Eq, Ne, Lt, Le, Gt, Ge] {
-                let expect: Vec<bool> = x.iter().zip(&y).map(|(&a, &b)| want(op, a, b)).collect();
                 let mut o = vec![false; n];
                 assert!(vmath::compare_f64(op, &x, &y, &mut o));
-                assert_eq!(o, expect, "f64 {op:?} at {level:?}, n {n}");
-                let (x32, y32): (Vec<f32>, Vec<f32>) = (
-                    x.iter().map(|&v| v as f32).collect(),
-                    y.iter().map(|&v| v as f32).collect(),
-                );
-                let expect: Vec<bool> = x32
-                    .iter()
-                    .zip(&y32)
-                    .map(|(&a, &b)| want(op, a as f64, b as f64))
-                    .collect();
+                let e = expect(op, &mut x.iter().copied(), &mut y.iter().copied());
+                assert_eq!(o, e, "f64 {op:?} at {level:?}, n {n}");
                 assert!(vmath::compare_f32(op, &x32, &y32, &mut o));
-                assert_eq!(o, expect, "f32 {op:?} at {level:?}, n {n}");
-                let xi: Vec<i64> = (0..n as i64)
-                    .map(|i| {
-                        if i % 2 == 1 {
-                            i64::MIN + (i * 7) % 5
-                        } else {
-                            (i * 7) % 5 - 2
-                        }
-                    })
-                    .collect();
-                let yi: Vec<i64> = (0..n as i64).map(|i| (i * 3) % 5 - 2).collect();
-                let expect: Vec<bool> = xi
-                    .iter()
-                    .zip(&yi)
-                    .map(|(&a, &b)| want(op, a as f64, b as f64))
-                    .collect();
-                assert!(vmath::compare_i64(op, &xi, &yi, &mut o));
-                assert_eq!(o, expect, "i64 {op:?} at {level:?}, n {n}");
-                let (x3, y3): (Vec<i32>, Vec<i32>) = (
-                    xi.iter().map(|&v| (v % 1000) as i32).collect(),
-                    yi.iter().map(|&v| v as i32).collect(),
+                let e = expect(
+                    op,
+                    &mut x32.iter().map(|&v| v as f64),
+                    &mut y32.iter().map(|&v| v as f64),
                 );
-                let expect: Vec<bool> = x3
-                    .iter()
-                    .zip(&y3)
-                    .map(|(&a, &b)| want(op, a as f64, b as f64))
-                    .collect();
+                assert_eq!(o, e, "f32 {op:?} at {level:?}, n {n}");
+                assert!(vmath::compare_i64(op, &xi, &yi, &mut o));
+                let e = expect(
+                    op,
+                    &mut xi.iter().map(|&v| v as f64),
+                    &mut yi.iter().map(|&v| v as f64),
+                );
+                assert_eq!(o, e, "i64 {op:?} at {level:?}, n {n}");
                 assert!(vmath::compare_i32(op, &x3, &y3, &mut o));
-                assert_eq!(o, expect, "i32 {op:?} at {level:?}, n {n}");
+                let e = expect(
+                    op,
+                    &mut x3.iter().map(|&v| v as f64),
+                    &mut y3.iter().map(|&v| v as f64),
+                );
+                assert_eq!(o, e, "i32 {op:?} at {level:?}, n {n}");
             }
             let mut o = vec![true; n];
             assert!(
