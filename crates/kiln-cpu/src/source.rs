@@ -1,7 +1,7 @@
 //! Kernel inputs as the kernels read them: a [`Src`] is a source (buffer data, the kernel's
 //! own output for in-place inputs, or a virtual `Iota`/`Random` generator) plus the walk of
 //! its resolved view. [`Src::read`] copies any range of positions of any walk into a typed
-//! destination.
+//! destination; [`prefetch`] hints the next block of large contiguous sources into the cache.
 //!
 //! Depends on [`crate::walk`], [`crate::typed`], [`crate::buffer`], `kiln-compiler`, `kiln-ir`.
 
@@ -45,7 +45,59 @@ pub struct Src<'a> {
     pub walk: Walk,
 }
 
+/// Hints the CPU to fetch positions `start..end` of every contiguous source (the block
+/// after the one about to be evaluated): the interpreter reads its sources one instruction
+/// at a time, so without the hint only one or two input streams are in flight at once. W1
+/// (`(a*b + c)*d - a`, 16M and 64M f32, 2 threads) ran 12 % faster with it (`kiln-bench
+/// --only W1`, three interleaved runs each: 18.2–19.4 → 16.1–16.3 ms at 16M).
+///
+/// Only sources of at least [`PREFETCH_MIN_BYTES`] are hinted: smaller ones are likely in the
+/// last-level cache, where the hint only costs instructions and L1 lines (row softmax over a
+/// 16 MiB array and W1 at 1M elements ran ~8 % slower with it).
+pub fn prefetch(srcs: &[Src<'_>], start: usize, end: usize) {
+    for src in srcs {
+        if src.walk.numel * src.dtype.size_bytes() >= PREFETCH_MIN_BYTES {
+            src.prefetch(start, end);
+        }
+    }
+}
+
+/// The smallest source [`prefetch`] hints.
+pub const PREFETCH_MIN_BYTES: usize = 32 << 20;
+
+/// Prefetches the cache lines of `bytes` bytes from `base` (a hint: never faults).
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[target_feature(enable = "sse")]
+fn prefetch_lines(base: *const i8, bytes: usize) {
+    let mut at = 0;
+    while at < bytes {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+            base.wrapping_add(at),
+        );
+        at += 64;
+    }
+}
+
 impl Src<'_> {
+    /// Hints the CPU to fetch positions `start..end` of contiguous buffer data into the
+    /// cache (no effect on other sources, on values, or under Miri).
+    pub fn prefetch(&self, start: usize, end: usize) {
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        if let Some(d) = self.direct() {
+            let end = end.min(d.len());
+            if start >= end {
+                return;
+            }
+            with_variant!(d, TSlice, v => {
+                let bytes = std::mem::size_of_val(&v[start..end]);
+                let base = v[start..end].as_ptr() as *const i8;
+                // SAFETY: SSE is part of the x86-64 baseline, so every x86-64 CPU runs the
+                // `#[target_feature(enable = "sse")]` function.
+                unsafe { prefetch_lines(base, bytes) }
+            });
+        }
+    }
+
     /// Contiguous buffer data: `Some(slice starting at position 0)`.
     pub fn direct(&self) -> Option<TSlice<'_>> {
         match self.kind {
@@ -279,4 +331,44 @@ pub fn build<'a>(
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The hint never reads or faults outside the data, whatever the range: empty, past the
+    /// end, over a view with an offset, over a non-contiguous source (ignored).
+    #[test]
+    fn prefetch_accepts_any_range() {
+        let data: Vec<f32> = (0..5000).map(|x| x as f32).collect();
+        let src = Src {
+            kind: SrcKind::Data(TSlice::F32(&data)),
+            dtype: DType::F32,
+            walk: Walk::contiguous(4000, 1000),
+        };
+        for (a, b) in [
+            (0, 0),
+            (0, 1),
+            (10, 5),
+            (0, 4000),
+            (3990, 9000),
+            (9000, 9100),
+        ] {
+            src.prefetch(a, b);
+        }
+        let strided = Src {
+            kind: SrcKind::Data(TSlice::F32(&data)),
+            dtype: DType::F32,
+            walk: Walk::new(&[100], &[3], 0),
+        };
+        strided.prefetch(0, 100);
+        let iota = Src {
+            kind: SrcKind::Iota { stride: 1, len: 0 },
+            dtype: DType::I64,
+            walk: Walk::contiguous(1 << 30, 0),
+        };
+        prefetch(&[src, strided, iota], 0, 1 << 30);
+        assert_eq!(data[4999], 4999.0);
+    }
 }

@@ -130,6 +130,7 @@ pub fn run_blocks(
     let mut s = start;
     while s < end {
         let n = BLOCK.min(end - s);
+        source::prefetch(srcs, s + n, (s + 2 * n).min(end));
         interp.eval(srcs, outs, s, n)?;
         let r = s - start;
         for (j, out) in outs.iter_mut().enumerate().take(interp.results()) {

@@ -448,6 +448,7 @@ fn fold<T: Elem, R: Reducer<T>>(
     let mut s = start;
     while s < end {
         let n = BLOCK.min(end - s);
+        source::prefetch(srcs, s + n, (s + 2 * n).min(end));
         interp.eval(srcs, &mut [], s, n)?;
         for (j, out) in side.iter_mut().enumerate() {
             copy_cast(
@@ -540,6 +541,7 @@ fn arg_typed<T: Elem>(
     let mut s = 0;
     while s < numel {
         let n = BLOCK.min(numel - s);
+        source::prefetch(srcs, s + n, (s + 2 * n).min(numel));
         interp.eval(srcs, &mut [], s, n)?;
         let vals: &[T] = slice_of(interp.result(0, srcs, s, n));
         let mut pos = 0;
