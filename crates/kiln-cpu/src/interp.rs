@@ -7,6 +7,8 @@
 //! with a liveness scan, so a long program touches
 //! only as many columns as it has live values; scalar registers are filled once. A `Load`
 //! of a contiguous buffer view of the right dtype reads the buffer in place (no copy).
+//! Two float `+ - * /` instructions where the second is the first's only reader run as one
+//! pass ([`ops::binary2`]; same roundings), so `(a*b + c)*d - a` makes two passes, not four.
 //!
 //! A block's positions are independent of every other block's, so ranges of blocks can run
 //! on different threads, each with its own [`Interp`] (registers), later.
@@ -31,6 +33,8 @@ enum Loc {
     Reg(usize),
     /// Source `s`, read in place (contiguous buffer data).
     Direct(usize),
+    /// Computed inside its only reader's step (see [`Step::pair`]); never read.
+    Fused,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -42,6 +46,10 @@ struct Step {
     /// A scratch register of the op's natural dtype when the instruction's declared dtype
     /// differs (the result is then cast).
     tmp: Option<usize>,
+    /// `Some((f, left))`: the instruction is `op(value f, z)` (`left`) or `op(z, value f)`
+    /// and computes the binary instruction `f` on the fly (`f`'s location is
+    /// [`Loc::Fused`]).
+    pair: Option<(usize, bool)>,
 }
 
 /// A compiled program with its registers.
@@ -156,6 +164,40 @@ impl<'p> Interp<'p> {
         for &r in &program.results {
             last_use[r as usize] = usize::MAX;
         }
+        // Pairs run as one pass: `i` fuses into `i + 1` when that reads it exactly once and
+        // nothing else does, both are float `+ - * /` of one dtype, and `i` is not itself
+        // the second of a pair. `i`'s operands then live until `i + 1`.
+        let mut pair: Vec<Option<(usize, bool)>> = vec![None; insts.len()];
+        let mut fused = vec![false; insts.len()];
+        for i in 0..insts.len().saturating_sub(1) {
+            let (InstOp::Binary(first, ..), InstOp::Binary(second, u, v)) =
+                (&insts[i].op, &insts[i + 1].op)
+            else {
+                continue;
+            };
+            let dt = insts[i].dtype;
+            if pair[i].is_some()
+                || last_use[i] != i + 1
+                || natural[i] != dt
+                || natural[i + 1] != dt
+                || insts[i + 1].dtype != dt
+                || !ops::fuses(*first, *second, dt)
+            {
+                continue;
+            }
+            let left = match (*u as usize == i, *v as usize == i) {
+                (true, false) => true,
+                (false, true) => false,
+                _ => continue,
+            };
+            pair[i + 1] = Some((i, left));
+            fused[i] = true;
+            for x in operands(&insts[i].op) {
+                if last_use[x as usize] == i {
+                    last_use[x as usize] = i + 1;
+                }
+            }
+        }
         // Register assignment (registers hold a block, or the whole space if smaller).
         let block = numel.min(BLOCK);
         let mut regs: Vec<TypedVec> = Vec::new();
@@ -175,6 +217,10 @@ impl<'p> Interp<'p> {
         let mut locs = Vec::with_capacity(insts.len());
         let mut steps = Vec::with_capacity(insts.len());
         for (i, inst) in insts.iter().enumerate() {
+            if fused[i] {
+                locs.push(Loc::Fused);
+                continue;
+            }
             let direct = match inst.op {
                 InstOp::Load(s) => Some(s as usize),
                 InstOp::Acc => acc,
@@ -190,16 +236,25 @@ impl<'p> Interp<'p> {
             let tmp =
                 (natural[i] != inst.dtype).then(|| alloc(natural[i], true, &mut regs, &mut free));
             locs.push(Loc::Reg(out));
-            steps.push(Step { inst: i, out, tmp });
+            steps.push(Step {
+                inst: i,
+                out,
+                tmp,
+                pair: pair[i],
+            });
             if let Some(t) = tmp {
                 free.push(t);
             }
-            let mut seen: [Option<u32>; 3] = [None; 3];
-            for (k, v) in operands(&inst.op).enumerate() {
-                if seen.contains(&Some(v)) {
+            // This step's reads: its operands, and the fused instruction's.
+            let fused_reads = pair[i]
+                .into_iter()
+                .flat_map(|(f, _)| operands(&insts[f].op));
+            let mut seen: SmallVec<[u32; 6]> = SmallVec::new();
+            for v in operands(&inst.op).chain(fused_reads) {
+                if seen.contains(&v) {
                     continue;
                 }
-                seen[k] = Some(v);
+                seen.push(v);
                 let v = v as usize;
                 if last_use[v] == i && !matches!(insts[v].op, InstOp::Scalar(_)) {
                     if let Loc::Reg(r) = locs[v] {
@@ -234,7 +289,8 @@ impl<'p> Interp<'p> {
         let program = self.program;
         let insts = &program.insts;
         for si in 0..self.steps.len() {
-            let Step { inst, out, tmp } = self.steps[si];
+            let step = self.steps[si];
+            let Step { inst, out, tmp, .. } = step;
             let op = &insts[inst].op;
             if let InstOp::Scalar(_) = op {
                 if !self.scalars_filled {
@@ -246,7 +302,7 @@ impl<'p> Interp<'p> {
             if let Some(&(_, j)) = self.stores.iter().find(|&&(st, _)| st == si) {
                 // Straight into the output block (no tmp: the dtypes agree).
                 let base = start - self.outs_base;
-                self.compute(op, srcs, start, n, outs[j].range(base, base + n))?;
+                self.compute(step, srcs, start, n, outs[j].range(base, base + n))?;
                 continue;
             }
             let target = tmp.unwrap_or(out);
@@ -275,7 +331,7 @@ impl<'p> Interp<'p> {
                     );
                     Ok(())
                 }
-                _ => self.compute(op, srcs, start, n, dst.as_mut_slice().range(0, n)),
+                _ => self.compute(step, srcs, start, n, dst.as_mut_slice().range(0, n)),
             };
             if tmp.is_some() {
                 let mut o = std::mem::take(&mut self.regs[out]);
@@ -293,12 +349,28 @@ impl<'p> Interp<'p> {
     /// (`n` elements of the instruction's natural dtype).
     fn compute(
         &self,
-        op: &InstOp,
+        step: Step,
         srcs: &[Src<'_>],
         start: usize,
         n: usize,
         dst: TSliceMut<'_>,
     ) -> Result<()> {
+        let insts = &self.program.insts;
+        let op = &insts[step.inst].op;
+        if let Some((f, left)) = step.pair {
+            let (InstOp::Binary(first, x, y), InstOp::Binary(second, u, v)) = (&insts[f].op, op)
+            else {
+                unreachable!("pairs are of binary instructions")
+            };
+            let z = if left { *v } else { *u };
+            return ops::binary2(
+                (*first, *second, left),
+                self.value(*x, srcs, start, n),
+                self.value(*y, srcs, start, n),
+                self.value(z, srcs, start, n),
+                dst,
+            );
+        }
         match *op {
             InstOp::Unary(uop, x) => ops::unary(uop, self.value(x, srcs, start, n), dst),
             InstOp::Binary(bop, a, b) => ops::binary(
@@ -384,6 +456,7 @@ impl<'p> Interp<'p> {
                 .direct()
                 .expect("direct sources are contiguous data")
                 .range(start, start + n),
+            Loc::Fused => unreachable!("a fused value is read only inside its pair's step"),
         }
     }
 
@@ -430,4 +503,90 @@ fn operands(op: &InstOp) -> impl Iterator<Item = u32> {
 fn fill_scalar(reg: &mut TypedVec, v: Scalar) {
     use crate::typed::{with_variant, Elem};
     with_variant!(reg, TypedVec, r => r.fill(Elem::from_scalar(v)))
+}
+
+#[cfg(test)]
+mod tests {
+    //! Which instructions run as fused pairs (values: `tests/elementwise.rs`).
+    use super::*;
+    use crate::source::SrcKind;
+    use crate::walk::Walk;
+    use kiln_compiler::Inst;
+    use kiln_ir::BinaryOp::{self, *};
+
+    /// Loads 0..4 of four f32 sources, then `ops` (operands index earlier values), results.
+    fn pairs(ops: &[(BinaryOp, u32, u32)], results: &[u32]) -> Vec<(usize, Option<(usize, bool)>)> {
+        let data = vec![1.0f32; 8];
+        let srcs: Vec<Src<'_>> = (0..4)
+            .map(|_| Src {
+                kind: SrcKind::Data(TSlice::F32(&data)),
+                dtype: DType::F32,
+                walk: Walk::contiguous(8, 0),
+            })
+            .collect();
+        let mut insts: Vec<Inst> = (0..4)
+            .map(|s| Inst {
+                op: InstOp::Load(s),
+                dtype: DType::F32,
+            })
+            .collect();
+        insts.extend(ops.iter().map(|&(op, a, b)| Inst {
+            op: InstOp::Binary(op, a, b),
+            dtype: if op.is_predicate() {
+                DType::Bool
+            } else {
+                DType::F32
+            },
+        }));
+        let program = Program {
+            insts,
+            results: results.iter().copied().collect(),
+        };
+        let interp = Interp::new(&program, &srcs, None, &[], 8).expect("valid program");
+        let fused: Vec<usize> = (0..program.insts.len())
+            .filter(|&i| interp.locs[i] == Loc::Fused)
+            .collect();
+        for &f in &fused {
+            assert!(interp.steps.iter().any(|s| s.pair.map(|p| p.0) == Some(f)));
+        }
+        interp.steps.iter().map(|s| (s.inst, s.pair)).collect()
+    }
+
+    #[test]
+    fn a_chain_of_four_runs_as_two_pairs() {
+        // ((x*y + z)*w - x)
+        let got = pairs(&[(Mul, 0, 1), (Add, 4, 2), (Mul, 5, 3), (Sub, 6, 0)], &[7]);
+        assert_eq!(got, vec![(5, Some((4, true))), (7, Some((6, true)))]);
+        // z - x*y: the fused value on the right.
+        let got = pairs(&[(Mul, 0, 1), (Sub, 2, 4)], &[5]);
+        assert_eq!(got, vec![(5, Some((4, false)))]);
+    }
+
+    #[test]
+    fn values_read_twice_or_kept_are_not_fused() {
+        // t + t
+        assert_eq!(
+            pairs(&[(Mul, 0, 1), (Add, 4, 4)], &[5]),
+            vec![(4, None), (5, None)]
+        );
+        // t is a result too
+        assert_eq!(
+            pairs(&[(Mul, 0, 1), (Add, 4, 2)], &[5, 4]),
+            vec![(4, None), (5, None)]
+        );
+        // t read again later
+        assert_eq!(
+            pairs(&[(Mul, 0, 1), (Add, 4, 2), (Sub, 5, 4)], &[6]),
+            vec![(4, None), (6, Some((5, true)))]
+        );
+        // not arithmetic: a comparison, a maximum
+        assert_eq!(
+            pairs(&[(Maximum, 0, 1), (Add, 4, 2)], &[5]),
+            vec![(4, None), (5, None)]
+        );
+        assert_eq!(
+            pairs(&[(Mul, 0, 1), (Lt, 4, 2)], &[5]),
+            vec![(4, None), (5, None)]
+        );
+    }
 }

@@ -470,6 +470,43 @@ pub fn binary(op: BinaryOp, a: TSlice<'_>, b: TSlice<'_>, out: TSliceMut<'_>) ->
     }
 }
 
+/// Whether [`binary2`] evaluates `second(first(..), ..)` for operands of `dtype`.
+pub fn fuses(first: BinaryOp, second: BinaryOp, dtype: DType) -> bool {
+    use BinaryOp::*;
+    let arith = |op| matches!(op, Add | Sub | Mul | Div);
+    arith(first) && arith(second) && matches!(dtype, DType::F32 | DType::F64)
+}
+
+/// `out = second(first(x, y), z)` (`left`) or `second(z, first(x, y))` in one pass, for
+/// ops and a dtype [`fuses`] accepts; equal bit for bit to two [`binary`] calls.
+pub fn binary2(
+    (first, second, left): (BinaryOp, BinaryOp, bool),
+    x: TSlice<'_>,
+    y: TSlice<'_>,
+    z: TSlice<'_>,
+    out: TSliceMut<'_>,
+) -> Result<()> {
+    let n = x.len();
+    let done = match (x, y, z) {
+        (TSlice::F32(x), TSlice::F32(y), TSlice::F32(z)) => {
+            crate::vmath::binary2_f32(first, second, left, x, y, z, out_mut(out, n))
+        }
+        (TSlice::F64(x), TSlice::F64(y), TSlice::F64(z)) => {
+            crate::vmath::binary2_f64(first, second, left, x, y, z, out_mut(out, n))
+        }
+        _ => false,
+    };
+    if done {
+        Ok(())
+    } else {
+        Err(crate::walk::internal(format!(
+            "fused {} then {}: not a fused pair for these operands",
+            first.name(),
+            second.name()
+        )))
+    }
+}
+
 fn as_bools<'a>(x: TSlice<'a>, tmp: &'a mut Vec<bool>) -> &'a [bool] {
     match x {
         TSlice::Bool(v) => v,

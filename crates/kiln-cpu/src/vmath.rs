@@ -376,6 +376,102 @@ versions! {
     pub fn binary_f64 = binary_f64_generic(op: BinaryOp, x: &[f64], y: &[f64], o: &mut [f64]) -> bool
 }
 
+#[inline(always)]
+fn zip3_map<T: Copy>(x: &[T], y: &[T], z: &[T], o: &mut [T], f: impl Fn(T, T, T) -> T) {
+    let n = x.len().min(y.len()).min(z.len()).min(o.len());
+    let (x, y, z, o) = (&x[..n], &y[..n], &z[..n], &mut o[..n]);
+    for i in 0..n {
+        o[i] = f(x[i], y[i], z[i]);
+    }
+}
+
+/// `o = second(first(x, y), z)` (`left`) or `second(z, first(x, y))`, both ops among
+/// `+ - * /`, in one pass: each op rounds as it does alone, so the result equals the two
+/// [`binary_f32`] passes bit for bit.
+macro_rules! binary2_generic {
+    ($name:ident, $t:ty) => {
+        #[inline(always)]
+        fn $name<const F: bool>(
+            first: BinaryOp,
+            second: BinaryOp,
+            left: bool,
+            x: &[$t],
+            y: &[$t],
+            z: &[$t],
+            o: &mut [$t],
+        ) -> bool {
+            use BinaryOp::*;
+            macro_rules! then {
+                ($g:expr) => {
+                    match (second, left) {
+                        (Add, true) => zip3_map(x, y, z, o, |a, b, c| ($g)(a, b) + c),
+                        (Add, false) => zip3_map(x, y, z, o, |a, b, c| c + ($g)(a, b)),
+                        (Sub, true) => zip3_map(x, y, z, o, |a, b, c| ($g)(a, b) - c),
+                        (Sub, false) => zip3_map(x, y, z, o, |a, b, c| c - ($g)(a, b)),
+                        (Mul, true) => zip3_map(x, y, z, o, |a, b, c| ($g)(a, b) * c),
+                        (Mul, false) => zip3_map(x, y, z, o, |a, b, c| c * ($g)(a, b)),
+                        (Div, true) => zip3_map(x, y, z, o, |a, b, c| ($g)(a, b) / c),
+                        (Div, false) => zip3_map(x, y, z, o, |a, b, c| c / ($g)(a, b)),
+                        _ => return false,
+                    }
+                };
+            }
+            match first {
+                Add => then!(|a: $t, b: $t| a + b),
+                Sub => then!(|a: $t, b: $t| a - b),
+                Mul => then!(|a: $t, b: $t| a * b),
+                Div => then!(|a: $t, b: $t| a / b),
+                _ => return false,
+            }
+            true
+        }
+    };
+}
+binary2_generic!(binary2_f32_generic, f32);
+binary2_generic!(binary2_f64_generic, f64);
+
+versions! {
+    /// Two arithmetic ops in one pass: `o[i] = second(first(x[i], y[i]), z[i])` when
+    /// `left`, else `second(z[i], first(x[i], y[i]))`; both ops among `+ - * /` (false
+    /// otherwise). Bit-identical to two [`binary_f32`] calls, without the intermediate.
+    ///
+    /// ```
+    /// use kiln_ir::BinaryOp::{Add, Mul};
+    /// let mut o = [0.0f32; 2];
+    /// assert!(kiln_cpu::vmath::binary2_f32(Mul, Add, true, &[2.0, 3.0], &[4.0, 5.0], &[1.0, 1.0], &mut o));
+    /// assert_eq!(o, [9.0, 16.0]);
+    /// ```
+    pub fn binary2_f32 = binary2_f32_generic(
+        first: BinaryOp,
+        second: BinaryOp,
+        left: bool,
+        x: &[f32],
+        y: &[f32],
+        z: &[f32],
+        o: &mut [f32],
+    ) -> bool
+}
+
+versions! {
+    /// [`binary2_f32`] for `f64`.
+    ///
+    /// ```
+    /// use kiln_ir::BinaryOp::{Div, Sub};
+    /// let mut o = [0.0f64; 1];
+    /// assert!(kiln_cpu::vmath::binary2_f64(Sub, Div, false, &[5.0], &[1.0], &[8.0], &mut o));
+    /// assert_eq!(o, [2.0]);
+    /// ```
+    pub fn binary2_f64 = binary2_f64_generic(
+        first: BinaryOp,
+        second: BinaryOp,
+        left: bool,
+        x: &[f64],
+        y: &[f64],
+        z: &[f64],
+        o: &mut [f64],
+    ) -> bool
+}
+
 /// `o[i] = c[i] ? a[i] : b[i]` on the bit patterns of the elements, without branches (a
 /// mask from each `bool`), so it vectorises; a data-dependent branch per element (a ReLU
 /// mask is a coin flip) mispredicts about half the time.

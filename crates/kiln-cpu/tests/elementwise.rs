@@ -551,3 +551,104 @@ fn rank_zero_space() {
     .unwrap();
     check(pb, &[&want], 0.0);
 }
+
+/// Values of every fused pair of arithmetic ops (`second(first(x, y), z)` and
+/// `second(z, first(x, y))`, `+ - * /`, f32 and f64; every ISA level: `tests/vmath.rs`),
+/// exactly equal to the reference, over data with infinities, NaN, signed zeros,
+/// subnormals and products that overflow; plus a chain of four (two pairs) on a space large
+/// enough for the threaded path.
+#[test]
+fn fused_arithmetic_pairs_round_like_separate_ops() {
+    let ops = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div];
+    let specials = [
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::NAN,
+        0.0,
+        -0.0,
+        1e-310,
+        -3e-39,
+        1e30,
+        -1e300,
+        1.0,
+    ];
+    let n = 2 * 1024 + 37;
+    let data = |seed: u64| -> Vec<f64> {
+        let mut v = floats(n, seed);
+        for (i, x) in v.iter_mut().enumerate() {
+            if (i as u64 + seed) % 7 == 0 {
+                *x = specials[(i / 7 + seed as usize) % specials.len()];
+            }
+        }
+        v
+    };
+    {
+        for dt in [DType::F32, DType::F64] {
+            let host = |seed| {
+                let v = data(seed);
+                if dt == DType::F32 {
+                    HostData::from(v.into_iter().map(|x| x as f32).collect::<Vec<_>>())
+                } else {
+                    HostData::from(v)
+                }
+            };
+            let (xd, yd, zd) = (host(1), host(2), host(3));
+            for first in ops {
+                for second in ops {
+                    for left in [true, false] {
+                        let dims = [n];
+                        let mut pb = Pb::new();
+                        let ins = vec![
+                            pb.param(xd.clone(), &dims, &[]),
+                            pb.param(yd.clone(), &dims, &[]),
+                            pb.param(zd.clone(), &dims, &[]),
+                        ];
+                        let mut p = P::new();
+                        let (x, y, z) = (p.load(0, dt), p.load(1, dt), p.load(2, dt));
+                        let t = p.bin(first, x, y);
+                        let r = if left {
+                            p.bin(second, t, z)
+                        } else {
+                            p.bin(second, z, t)
+                        };
+                        let outs = pb.kernel(ew(p.done(&[r])), &dims, ins, &[(dt, &dims)]);
+                        pb.output(outs[0]);
+                        let (xn, yn, zn) = (
+                            node(xd.clone(), &dims),
+                            node(yd.clone(), &dims),
+                            node(zd.clone(), &dims),
+                        );
+                        let t = build::binary(first, &xn, &yn).unwrap();
+                        let r = if left {
+                            build::binary(second, &t, &zn).unwrap()
+                        } else {
+                            build::binary(second, &zn, &t).unwrap()
+                        };
+                        check(pb, &[&r], 0.0);
+                    }
+                }
+            }
+        }
+    }
+
+    // ((a*b + c)*d - a) over a threaded space.
+    let n = 3 * 65536 + 11;
+    let dims = [n];
+    let ds: Vec<HostData> = (0..4).map(|s| f32s(n, 10 + s)).collect();
+    let mut pb = Pb::new();
+    let ins: Vec<_> = ds.iter().map(|d| pb.param(d.clone(), &dims, &[])).collect();
+    let mut p = P::new();
+    let l: Vec<u32> = (0..4).map(|i| p.load(i, DType::F32)).collect();
+    let ab = p.bin(BinaryOp::Mul, l[0], l[1]);
+    let abc = p.bin(BinaryOp::Add, ab, l[2]);
+    let abcd = p.bin(BinaryOp::Mul, abc, l[3]);
+    let r = p.bin(BinaryOp::Sub, abcd, l[0]);
+    let outs = pb.kernel(ew(p.done(&[r])), &dims, ins, &[(DType::F32, &dims)]);
+    pb.output(outs[0]);
+    let nd: Vec<_> = ds.iter().map(|d| node(d.clone(), &dims)).collect();
+    let ab = build::binary(BinaryOp::Mul, &nd[0], &nd[1]).unwrap();
+    let abc = build::binary(BinaryOp::Add, &ab, &nd[2]).unwrap();
+    let abcd = build::binary(BinaryOp::Mul, &abc, &nd[3]).unwrap();
+    let r = build::binary(BinaryOp::Sub, &abcd, &nd[0]).unwrap();
+    check(pb, &[&r], 0.0);
+}

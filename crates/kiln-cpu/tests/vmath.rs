@@ -388,3 +388,107 @@ fn vectorised_comparisons_follow_ieee_at_every_isa_level() {
         }
     }
 }
+
+#[test]
+fn fused_arithmetic_pairs_equal_two_separate_ops_at_every_isa_level() {
+    use kiln_ir::BinaryOp::{self, *};
+    fn op<T>(o: BinaryOp, a: T, b: T) -> T
+    where
+        T: std::ops::Add<Output = T>
+            + std::ops::Sub<Output = T>
+            + std::ops::Mul<Output = T>
+            + std::ops::Div<Output = T>,
+    {
+        match o {
+            Add => a + b,
+            Sub => a - b,
+            Mul => a * b,
+            _ => a / b,
+        }
+    }
+    let specials = [
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::NAN,
+        0.0,
+        -0.0,
+        1e-310,
+        -3e-39,
+        1e30,
+        -1e300,
+    ];
+    let col = |seed: usize, n: usize| -> Vec<f64> {
+        (0..n)
+            .map(|i| {
+                if (i + seed) % 5 == 0 {
+                    specials[(i / 5 + seed) % specials.len()]
+                } else {
+                    ((i * 7919 + seed * 104_729) % 2003) as f64 / 97.0 - 10.0
+                }
+            })
+            .collect()
+    };
+    let ops = [Add, Sub, Mul, Div];
+    for level in Isa::ALL {
+        if level > detected_isa() {
+            continue;
+        }
+        assert_eq!(set_isa(level), level);
+        for n in [0usize, 1, 7, 16, 33, 100, 1031] {
+            let (x, y, z) = (col(1, n), col(2, n), col(3, n));
+            let (x32, y32, z32): (Vec<f32>, Vec<f32>, Vec<f32>) = (
+                x.iter().map(|&v| v as f32).collect(),
+                y.iter().map(|&v| v as f32).collect(),
+                z.iter().map(|&v| v as f32).collect(),
+            );
+            for first in ops {
+                for second in ops {
+                    for left in [true, false] {
+                        let mut o = vec![0.0f64; n];
+                        assert!(vmath::binary2_f64(first, second, left, &x, &y, &z, &mut o));
+                        let mut o32 = vec![0.0f32; n];
+                        assert!(vmath::binary2_f32(
+                            first, second, left, &x32, &y32, &z32, &mut o32
+                        ));
+                        for i in 0..n {
+                            let t = op(first, x[i], y[i]);
+                            let w = if left {
+                                op(second, t, z[i])
+                            } else {
+                                op(second, z[i], t)
+                            };
+                            let t32 = op(first, x32[i], y32[i]);
+                            let w32 = if left {
+                                op(second, t32, z32[i])
+                            } else {
+                                op(second, z32[i], t32)
+                            };
+                            let what = format!("{level:?} {first:?} {second:?} {left} n {n} i {i}");
+                            assert!(
+                                o[i].to_bits() == w.to_bits() || (o[i].is_nan() && w.is_nan()),
+                                "f64 {what}: {} vs {w}",
+                                o[i]
+                            );
+                            assert!(
+                                o32[i].to_bits() == w32.to_bits()
+                                    || (o32[i].is_nan() && w32.is_nan()),
+                                "f32 {what}: {} vs {w32}",
+                                o32[i]
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        // Not a fusable pair.
+        assert!(!vmath::binary2_f32(
+            Maximum,
+            Add,
+            true,
+            &[],
+            &[],
+            &[],
+            &mut []
+        ));
+    }
+}
