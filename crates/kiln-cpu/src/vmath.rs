@@ -587,6 +587,19 @@ macro_rules! extremum_generic {
             } else {
                 <$t>::INFINITY
             };
+            if xs.len() < $lanes {
+                // Short runs (a softmax over 10 classes): one pass, no lane set-up.
+                let mut m = init;
+                let mut nan = None;
+                for &x in xs {
+                    if x != x {
+                        nan = Some(x);
+                    } else if (max && x > m) || (!max && x < m) {
+                        m = x;
+                    }
+                }
+                return nan.unwrap_or(m);
+            }
             let mut p = [init; $lanes];
             // A lane's NaN flag: x != x, accumulated without a branch.
             let mut nan = [false; $lanes];
