@@ -262,7 +262,9 @@ fn vectorised_extrema_equal_a_left_fold_at_every_isa_level() {
             continue;
         }
         assert_eq!(set_isa(level), level);
-        for n in [0usize, 1, 2, 3, 10, 15, 16, 31, 32, 33, 63, 64, 65, 100, 1000] {
+        for n in [
+            0usize, 1, 2, 3, 10, 15, 16, 31, 32, 33, 63, 64, 65, 100, 1000,
+        ] {
             for case in 0..6usize {
                 let mut xs: Vec<f64> = (0..n)
                     .map(|i| ((i * 7919 + case * 31) % 1009) as f64 / 17.0 - 30.0)

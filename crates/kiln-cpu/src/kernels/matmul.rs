@@ -5,10 +5,17 @@
 //! right operand into a fresh buffer nor starts threads. An epilogue affine in the product
 //! (`α·acc ± L`: a bias add, an SGD step, a scaling; [`Affine`]) runs inside the GEMM
 //! instead, as `C = α·A@B + β·C` with `C` prefilled from `L`, for products above that bound;
-//! what follows the affine part (the `relu` of `relu(x @ w + b)`) then runs over `C` in
-//! place, without a separate product buffer.
+//! what follows the affine part (the `relu` of `relu(x @ w + b)`), or a whole epilogue that is
+//! not affine, then runs over `C` in place, without a separate product buffer.
+//!
+//! Prefill, product and epilogue run block of output rows by block of rows, each block in the
+//! thread that computes its product ([`Around`]): the epilogue reads rows still in that core's
+//! cache and needs no second dispatch to the pool (a 256×512 `relu` epilogue dispatched on
+//! its own cost more than its GEMM here). Only an epilogue that would read an input aliased
+//! with the output after the product overwrote it, or an output dtype other than the
+//! product's, takes a scratch product buffer.
 
-use super::elementwise::{check_outputs, run_space};
+use super::elementwise::{check_outputs, run_blocks, run_space};
 use super::small_gemm;
 use crate::buffer::{BufferPool, CpuBuffer};
 use crate::interp::Interp;
@@ -96,87 +103,113 @@ pub fn run(
         n,
     };
 
-    match epilogue {
-        None if outputs[0].dtype() == dt => {
-            product(
-                &dims,
-                &a,
-                &b,
-                outputs[0].as_mut_slice().range(0, numel),
-                None,
-            );
-            Ok(())
-        }
-        None => {
-            let mut tmp = pool.take(dt, numel);
-            product(&dims, &a, &b, tmp.as_mut_slice(), None);
-            copy_cast(tmp.as_slice(), outputs[0].as_mut_slice().range(0, numel));
-            pool.put(tmp);
-            Ok(())
-        }
-        Some(program) => {
-            let packed = !Gemm::shape_only(m, k, n).small();
-            if let Some((aff, rest)) = (k > 0 && packed && outputs[0].dtype() == dt)
-                .then(|| Affine::split(program, dt, launch.scalars, srcs.len()))
-                .flatten()
-            {
-                // C ← β·L first (in place when L is the output itself), then C ← α·A@B + C,
-                // then the rest of the epilogue over C in place.
-                let beta = match aff.load {
-                    Some((i, beta)) => {
-                        let src = &srcs[i];
-                        let identical = matches!(src.kind, SrcKind::Alias(0))
-                            && src.walk.contiguous_offset() == Some(0);
-                        if !identical {
-                            let mut out = outputs[0].as_mut_slice();
-                            src.read_own(0, out.range(0, numel), &[]);
-                        }
-                        beta
-                    }
-                    None => 0.0,
-                };
-                let coefs = Coefs {
-                    alpha: aff.alpha,
-                    beta,
-                };
-                let mut c = outputs[0].as_mut_slice();
-                product(&dims, &a, &b, c.range(0, numel), Some(coefs));
-                return match rest {
-                    None => Ok(()),
-                    Some(rest) => epilogue_run(&rest, launch, &srcs, None, outputs, numel),
-                };
+    let same = outputs[0].dtype() == dt;
+    let plain = Around::default();
+    let inplace = match epilogue {
+        Some(program) if same => in_place(program, &srcs, launch.scalars, (m, k, n)),
+        _ => None,
+    };
+    match (epilogue, inplace) {
+        (None, _) if same => product(
+            &dims,
+            &a,
+            &b,
+            outputs[0].as_mut_slice().range(0, numel),
+            None,
+            &plain,
+        ),
+        (Some(_), Some(split)) => {
+            // Affine in the product and worth `matrixmultiply`'s β: C ← β·L first (in place
+            // when L is the output itself), then C ← α·A@B + C, then the rest of the
+            // epilogue over C in place. Otherwise the product goes into C and the whole
+            // epilogue runs over it in place. Both run per block of output rows, inside the
+            // task that computes those rows (no second pass over the output, no second
+            // dispatch to the thread pool).
+            let (coefs, load, rest) = match split.affine {
+                Some(aff) => {
+                    let load = aff.load.map(|(i, _)| &srcs[i]).filter(|src| {
+                        !(matches!(src.kind, SrcKind::Alias(0))
+                            && src.walk.contiguous_offset() == Some(0))
+                    });
+                    let coefs = Coefs {
+                        alpha: aff.alpha,
+                        beta: aff.load.map_or(0.0, |(_, beta)| beta),
+                    };
+                    (Some(coefs), load, split.rest)
+                }
+                None => (None, None, split.rest),
+            };
+            let prefill = |start: usize, mut c: TSliceMut<'_>| {
+                if let Some(src) = load {
+                    let len = c.len();
+                    src.read_own(start, c.range(0, len), &[]);
+                }
+            };
+            // The epilogue reads the product as `Acc` from output 0, in place.
+            let mut esrcs: Vec<Src<'_>> = srcs.to_vec();
+            esrcs.push(Src {
+                kind: SrcKind::Alias(0),
+                dtype: dt,
+                walk: Walk::contiguous(numel, 0),
+            });
+            let acc = Some(srcs.len());
+            if let Some(rest) = &rest {
+                // Fails here (not inside a task) if the program cannot run.
+                let interp = Interp::new(rest, &esrcs, acc, launch.scalars, numel)?;
+                if interp.results() != 1 {
+                    return Err(internal(format!(
+                        "a matmul epilogue with {} results",
+                        interp.results()
+                    )));
+                }
             }
+            let finish = |start: usize, c: TSliceMut<'_>| -> Result<()> {
+                let Some(rest) = &rest else { return Ok(()) };
+                let mut interp = Interp::new(rest, &esrcs, acc, launch.scalars, numel)?;
+                let len = c.len();
+                run_blocks(&mut interp, &esrcs, &mut [c], start, start + len)
+            };
+            let around = Around {
+                before: Some(&prefill),
+                after: Some(&finish),
+            };
+            let mut c = outputs[0].as_mut_slice();
+            product(&dims, &a, &b, c.range(0, numel), coefs, &around)
+        }
+        _ => {
+            // The output's dtype differs from the product's, or the epilogue reads an input
+            // the product would overwrite: product into a scratch buffer, then the epilogue
+            // (or a cast) from it.
             let mut tmp = pool.take(dt, numel);
-            product(&dims, &a, &b, tmp.as_mut_slice(), None);
-            let result = epilogue_run(program, launch, &srcs, Some(&tmp), outputs, numel);
+            let result = product(&dims, &a, &b, tmp.as_mut_slice(), None, &plain).and_then(|()| {
+                match epilogue {
+                    None => {
+                        copy_cast(tmp.as_slice(), outputs[0].as_mut_slice().range(0, numel));
+                        Ok(())
+                    }
+                    Some(program) => epilogue_run(program, launch, &srcs, &tmp, outputs, numel),
+                }
+            });
             pool.put(tmp);
             result
         }
     }
 }
 
-/// Runs `program` over the product: `acc` holds it, or (`None`) output 0 does already and
-/// the program reads it in place.
+/// Runs `program` over the product held in `acc` (whole space, in parallel chunks).
 fn epilogue_run(
     program: &Program,
     launch: &Launch<'_>,
     srcs: &[Src<'_>],
-    acc: Option<&TypedVec>,
+    acc: &TypedVec,
     outputs: &mut [CpuBuffer],
     numel: usize,
 ) -> Result<()> {
     let mut esrcs: Vec<Src<'_>> = srcs.to_vec();
-    esrcs.push(match acc {
-        Some(acc) => Src {
-            kind: SrcKind::Data(acc.as_slice()),
-            dtype: acc.dtype(),
-            walk: Walk::contiguous(numel, 0),
-        },
-        None => Src {
-            kind: SrcKind::Alias(0),
-            dtype: outputs[0].dtype(),
-            walk: Walk::contiguous(numel, 0),
-        },
+    esrcs.push(Src {
+        kind: SrcKind::Data(acc.as_slice()),
+        dtype: acc.dtype(),
+        walk: Walk::contiguous(numel, 0),
     });
     let mut interp = Interp::new(program, &esrcs, Some(srcs.len()), launch.scalars, numel)?;
     if interp.results() != 1 {
@@ -190,6 +223,61 @@ fn epilogue_run(
     let fresh = || Interp::new(program, &esrcs, acc_src, launch.scalars, numel);
     run_space(&mut interp, fresh, &esrcs, outs, numel)
 }
+
+/// How an epilogue runs over the output in place: `affine` computed inside the GEMM (then
+/// `rest`, if any, over the result), or (`affine: None`) the product written first and the
+/// whole program (`rest`) over it.
+struct InPlace {
+    affine: Option<Affine>,
+    rest: Option<Program>,
+}
+
+/// The in-place plan for `program`, or `None` when what runs after the product is written
+/// would read an input aliased with the output (the product would have overwritten it): the
+/// product then goes into a scratch buffer instead.
+fn in_place(
+    program: &Program,
+    srcs: &[Src<'_>],
+    scalars: &[Scalar],
+    (m, k, n): (usize, usize, usize),
+) -> Option<InPlace> {
+    let dt = srcs[0].dtype;
+    let reads_alias = |p: &Program| {
+        p.insts.iter().any(|inst| {
+            matches!(inst.op, InstOp::Load(x)
+                if srcs.get(x as usize).is_some_and(|s| matches!(s.kind, SrcKind::Alias(_))))
+        })
+    };
+    let packed = !Gemm::shape_only(m, k, n).small();
+    let split = (k > 0 && packed)
+        .then(|| Affine::split(program, dt, scalars, srcs.len()))
+        .flatten();
+    match split {
+        Some((aff, rest)) if !rest.as_ref().is_some_and(reads_alias) => Some(InPlace {
+            affine: Some(aff),
+            rest,
+        }),
+        _ if !reads_alias(program) => Some(InPlace {
+            affine: None,
+            rest: Some(program.clone()),
+        }),
+        _ => None,
+    }
+}
+
+/// Work around the product of each block of output rows, run by the task that computes the
+/// block: `before` gets the block's first position and its elements before the product is
+/// written (or accumulated) into them, `after` once it is.
+#[derive(Default)]
+struct Around<'a> {
+    before: Option<&'a BlockFn<'a>>,
+    after: Option<&'a BlockTry<'a>>,
+}
+
+/// Work on a block of output rows: its first position and its elements.
+type BlockFn<'a> = dyn Fn(usize, TSliceMut<'_>) + Sync + 'a;
+/// [`BlockFn`] that can fail.
+type BlockTry<'a> = dyn Fn(usize, TSliceMut<'_>) -> Result<()> + Sync + 'a;
 
 fn materialize_virtual(src: &Src<'_>) -> Option<TypedVec> {
     match src.kind {
@@ -380,11 +468,18 @@ struct Dims<'a> {
 
 /// `c = a @ b` for every batch index (`c` contiguous `[.., m, n]`), or `c = α·a @ b + β·c`
 /// for float products given `Some(Coefs)` (products [`Gemm::small`] never get them).
-fn product(d: &Dims<'_>, a: &Operand<'_>, b: &Operand<'_>, c: TSliceMut<'_>, coefs: Option<Coefs>) {
+fn product(
+    d: &Dims<'_>,
+    a: &Operand<'_>,
+    b: &Operand<'_>,
+    c: TSliceMut<'_>,
+    coefs: Option<Coefs>,
+    around: &Around<'_>,
+) -> Result<()> {
     let (m, k, n) = (d.m, d.k, d.n);
     let mn = m * n;
     if mn == 0 {
-        return;
+        return Ok(());
     }
     let nb = d.batch.len();
     let nbatch: usize = d.batch.iter().product();
@@ -405,26 +500,42 @@ fn product(d: &Dims<'_>, a: &Operand<'_>, b: &Operand<'_>, c: TSliceMut<'_>, coe
             rsb,
             csb,
         };
-        match (a.data, b.data, c.range(t * mn, (t + 1) * mn)) {
-            (TSlice::F32(x), TSlice::F32(y), TSliceMut::F32(z)) => match coefs {
-                Some(f) => g.split_rows(z, |g, c| {
-                    g.packed_sgemm_into(x, y, c, f.alpha as f32, f.beta as f32)
-                }),
-                None => g.sgemm(x, y, z),
-            },
-            (TSlice::F64(x), TSlice::F64(y), TSliceMut::F64(z)) => match coefs {
-                Some(f) => g.split_rows(z, |g, c| g.packed_dgemm_into(x, y, c, f.alpha, f.beta)),
-                None => g.dgemm(x, y, z),
-            },
-            (TSlice::I32(x), TSlice::I32(y), TSliceMut::I32(z)) => {
-                g.naive(x, y, z, 0, |c, a, b| c.wadd(a.wmul(b)))
+        let base = t * mn;
+        // Integer and bool products: one block, the plain loop.
+        let whole = |z: TSliceMut<'_>, f: &mut dyn FnMut(TSliceMut<'_>)| -> Result<()> {
+            let mut z = z;
+            let len = z.len();
+            if let Some(before) = around.before {
+                before(base, z.range(0, len));
             }
-            (TSlice::I64(x), TSlice::I64(y), TSliceMut::I64(z)) => {
-                g.naive(x, y, z, 0, |c, a, b| c.wadd(a.wmul(b)))
+            f(z.range(0, len));
+            match around.after {
+                Some(after) => after(base, z),
+                None => Ok(()),
             }
-            (TSlice::Bool(x), TSlice::Bool(y), TSliceMut::Bool(z)) => {
-                g.naive(x, y, z, false, |c, a, b| c || (a && b))
+        };
+        match (a.data, b.data, c.range(base, base + mn)) {
+            (TSlice::F32(x), TSlice::F32(y), TSliceMut::F32(z)) => {
+                g.float_blocks(x, y, z, coefs, base, around)?
             }
+            (TSlice::F64(x), TSlice::F64(y), TSliceMut::F64(z)) => {
+                g.float_blocks(x, y, z, coefs, base, around)?
+            }
+            (TSlice::I32(x), TSlice::I32(y), z @ TSliceMut::I32(_)) => whole(z, &mut |z| {
+                if let TSliceMut::I32(z) = z {
+                    g.naive(x, y, z, 0, |c, a, b| c.wadd(a.wmul(b)))
+                }
+            })?,
+            (TSlice::I64(x), TSlice::I64(y), z @ TSliceMut::I64(_)) => whole(z, &mut |z| {
+                if let TSliceMut::I64(z) = z {
+                    g.naive(x, y, z, 0, |c, a, b| c.wadd(a.wmul(b)))
+                }
+            })?,
+            (TSlice::Bool(x), TSlice::Bool(y), z @ TSliceMut::Bool(_)) => whole(z, &mut |z| {
+                if let TSliceMut::Bool(z) = z {
+                    g.naive(x, y, z, false, |c, a, b| c || (a && b))
+                }
+            })?,
             (x, y, z) => unreachable!(
                 "matmul of {} and {} into {}",
                 x.dtype(),
@@ -444,6 +555,42 @@ fn product(d: &Dims<'_>, a: &Operand<'_>, b: &Operand<'_>, c: TSliceMut<'_>, coe
             boff -= b.strides[ax] * d.batch[ax] as isize;
             bi[ax] = 0;
         }
+    }
+    Ok(())
+}
+
+/// The float types of the GEMM paths: `matrixmultiply`'s packed product and [`small_gemm`].
+trait GemmFloat: Copy + Send + Sync {
+    /// `c = alpha·a@b + beta·c` through `matrixmultiply`.
+    fn packed(g: &Gemm, a: &[Self], b: &[Self], c: &mut [Self], alpha: f64, beta: f64);
+    /// `c = a@b` through [`small_gemm`] (`k > 0`).
+    fn small(g: &Gemm, a: &[Self], b: &[Self], c: &mut [Self]);
+    fn typed(c: &mut [Self]) -> TSliceMut<'_>;
+}
+
+impl GemmFloat for f32 {
+    fn packed(g: &Gemm, a: &[f32], b: &[f32], c: &mut [f32], alpha: f64, beta: f64) {
+        g.packed_sgemm_into(a, b, c, alpha as f32, beta as f32)
+    }
+    fn small(g: &Gemm, a: &[f32], b: &[f32], c: &mut [f32]) {
+        g.check(a.len(), b.len(), c.len());
+        small_gemm::sgemm(g, a, b, c)
+    }
+    fn typed(c: &mut [f32]) -> TSliceMut<'_> {
+        TSliceMut::F32(c)
+    }
+}
+
+impl GemmFloat for f64 {
+    fn packed(g: &Gemm, a: &[f64], b: &[f64], c: &mut [f64], alpha: f64, beta: f64) {
+        g.packed_dgemm_into(a, b, c, alpha, beta)
+    }
+    fn small(g: &Gemm, a: &[f64], b: &[f64], c: &mut [f64]) {
+        g.check(a.len(), b.len(), c.len());
+        small_gemm::dgemm(g, a, b, c)
+    }
+    fn typed(c: &mut [f64]) -> TSliceMut<'_> {
+        TSliceMut::F64(c)
     }
 }
 
@@ -502,21 +649,53 @@ impl Gemm {
         (self.m <= SMALL_ROWS && macs <= SMALL_ROWS_MAX_MACS) || macs <= SMALL_MACS
     }
 
-    fn sgemm(&self, a: &[f32], b: &[f32], c: &mut [f32]) {
-        if self.small() && self.k > 0 {
-            self.check(a.len(), b.len(), c.len());
-            small_gemm::sgemm(self, a, b, c)
+    /// The float product into `c` (position `base` of the output onwards), with `around`'s
+    /// work on each block of rows: [`small_gemm`] in one block for small products without
+    /// `coefs`, else `matrixmultiply` over blocks of rows ([`Self::split_rows`]).
+    fn float_blocks<T: GemmFloat>(
+        &self,
+        a: &[T],
+        b: &[T],
+        c: &mut [T],
+        coefs: Option<Coefs>,
+        base: usize,
+        around: &Around<'_>,
+    ) -> Result<()> {
+        let small = coefs.is_none() && self.small() && self.k > 0;
+        let (alpha, beta) = coefs.map_or((1.0, 0.0), |f| (f.alpha, f.beta));
+        let block = |g: &Gemm, row: usize, c: &mut [T]| -> Result<()> {
+            let start = base + row * self.n;
+            if let Some(before) = around.before {
+                before(start, T::typed(c));
+            }
+            if small {
+                T::small(g, a, b, c)
+            } else {
+                T::packed(g, a, b, c, alpha, beta)
+            }
+            match around.after {
+                Some(after) => after(start, T::typed(c)),
+                None => Ok(()),
+            }
+        };
+        if small {
+            block(self, 0, c)
         } else {
-            self.split_rows(c, |g, c| g.packed_sgemm(a, b, c))
+            self.split_rows(c, block)
         }
     }
 
-    /// Runs `f` on blocks of rows of the product (a sub-`Gemm` and its rows of `c`) across
-    /// the rayon pool when the product is worth splitting ([`PAR_GEMM_MACS`]), else on the
-    /// whole. Each block is an independent `matrixmultiply` call (built without its own
-    /// threads), so one pool serves GEMMs and every other kernel, and nested parallel work
-    /// (a decoder's sentences) composes instead of oversubscribing the cores.
-    fn split_rows<T: Send>(&self, c: &mut [T], f: impl Fn(&Gemm, &mut [T]) + Sync) {
+    /// Runs `f` on blocks of rows of the product (a sub-`Gemm`, its first row and its rows
+    /// of `c`) across the rayon pool when the product is worth splitting
+    /// ([`PAR_GEMM_MACS`]), else on the whole; returns the first block's error. Each block
+    /// is an independent `matrixmultiply` call (built without its own threads), so one pool
+    /// serves GEMMs and every other kernel, and nested parallel work (a decoder's
+    /// sentences) composes instead of oversubscribing the cores.
+    fn split_rows<T: Send>(
+        &self,
+        c: &mut [T],
+        f: impl Fn(&Gemm, usize, &mut [T]) -> Result<()> + Sync,
+    ) -> Result<()> {
         let macs = self.m.saturating_mul(self.k).saturating_mul(self.n);
         let tasks = if macs < PAR_GEMM_MACS || self.n == 0 {
             1
@@ -524,19 +703,22 @@ impl Gemm {
             rayon::current_num_threads().min(self.m / PAR_GEMM_ROWS)
         };
         if tasks <= 1 {
-            return f(self, c);
+            return f(self, 0, c);
         }
         let rows = self.m.div_ceil(tasks).next_multiple_of(8);
-        c.par_chunks_mut(rows * self.n)
+        let results: Vec<Result<()>> = c
+            .par_chunks_mut(rows * self.n)
             .enumerate()
-            .for_each(|(i, block)| {
+            .map(|(i, block)| {
                 let g = Gemm {
                     m: block.len() / self.n,
                     aoff: self.aoff + (i * rows) as isize * self.rsa,
                     ..*self
                 };
-                f(&g, block)
-            });
+                f(&g, i * rows, block)
+            })
+            .collect();
+        results.into_iter().collect()
     }
 
     /// A description with only the sizes set (for [`Self::small`]).
@@ -552,11 +734,6 @@ impl Gemm {
             rsb: 0,
             csb: 0,
         }
-    }
-
-    /// [`Self::sgemm`] through `matrixmultiply`, whatever the size.
-    fn packed_sgemm(&self, a: &[f32], b: &[f32], c: &mut [f32]) {
-        self.packed_sgemm_into(a, b, c, 1.0, 0.0)
     }
 
     /// `c = alpha·a@b + beta·c` through `matrixmultiply` (`beta == 0`: `c` is only written).
@@ -595,20 +772,6 @@ impl Gemm {
                 1,
             );
         }
-    }
-
-    fn dgemm(&self, a: &[f64], b: &[f64], c: &mut [f64]) {
-        if self.small() && self.k > 0 {
-            self.check(a.len(), b.len(), c.len());
-            small_gemm::dgemm(self, a, b, c)
-        } else {
-            self.split_rows(c, |g, c| g.packed_dgemm(a, b, c))
-        }
-    }
-
-    /// [`Self::dgemm`] through `matrixmultiply`, whatever the size.
-    fn packed_dgemm(&self, a: &[f64], b: &[f64], c: &mut [f64]) {
-        self.packed_dgemm_into(a, b, c, 1.0, 0.0)
     }
 
     /// [`Self::packed_sgemm_into`] for `f64`.
@@ -748,14 +911,15 @@ pub(in crate::kernels) mod tests {
         for g in cases {
             let want = naive(&g, &a, &b);
             let mut c = vec![f64::NAN; g.m * g.n];
-            g.dgemm(&a, &b, &mut c);
+            g.float_blocks(&a, &b, &mut c, None, 0, &Around::default())
+                .expect("no epilogue");
             for (x, y) in c.iter().zip(&want) {
                 assert!((x - y).abs() < 1e-12, "{x} vs {y}");
             }
             // These shapes take `small_gemm`; `matrixmultiply` directly too.
             assert!(g.small());
             let mut c = vec![f64::NAN; g.m * g.n];
-            g.packed_dgemm(&a, &b, &mut c);
+            g.packed_dgemm_into(&a, &b, &mut c, 1.0, 0.0);
             for (x, y) in c.iter().zip(&want) {
                 assert!((x - y).abs() < 1e-12, "{x} vs {y}");
             }
@@ -764,12 +928,13 @@ pub(in crate::kernels) mod tests {
                 b.iter().map(|&x| x as f32).collect(),
             );
             let mut c32 = vec![f32::NAN; g.m * g.n];
-            g.sgemm(&a32, &b32, &mut c32);
+            g.float_blocks(&a32, &b32, &mut c32, None, 0, &Around::default())
+                .expect("no epilogue");
             for (x, y) in c32.iter().zip(&want) {
                 assert!((*x as f64 - y).abs() < 1e-5, "{x} vs {y}");
             }
             let mut c32 = vec![f32::NAN; g.m * g.n];
-            g.packed_sgemm(&a32, &b32, &mut c32);
+            g.packed_sgemm_into(&a32, &b32, &mut c32, 1.0, 0.0);
             for (x, y) in c32.iter().zip(&want) {
                 assert!((*x as f64 - y).abs() < 1e-5, "{x} vs {y}");
             }
@@ -791,7 +956,7 @@ pub(in crate::kernels) mod tests {
             rsb: 1,
             csb: 1,
         };
-        g.sgemm(&a, &[1.0, 1.0], &mut [0.0; 2]);
+        let _ = g.float_blocks(&a, &[1.0, 1.0], &mut [0.0; 2], None, 0, &Around::default());
     }
 
     #[test]
@@ -809,6 +974,6 @@ pub(in crate::kernels) mod tests {
             rsb: 1,
             csb: 1,
         };
-        g.packed_dgemm(&a, &[1.0, 1.0], &mut [0.0; 2]);
+        g.packed_dgemm_into(&a, &[1.0, 1.0], &mut [0.0; 2], 1.0, 0.0);
     }
 }
