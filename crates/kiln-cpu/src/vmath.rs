@@ -564,6 +564,25 @@ fn sum_f32_generic<const F: bool>(xs: &[f32]) -> f64 {
     s
 }
 
+#[inline(always)]
+fn accumulate_f32_generic<const F: bool>(acc: &mut [f64], xs: &[f32]) {
+    for (a, &x) in acc.iter_mut().zip(xs) {
+        *a += x as f64;
+    }
+}
+
+versions! {
+    /// `acc[i] += xs[i]` widened to `f64` (over the shorter of the two): one row of a sum
+    /// over leading axes (`x.sum(axis=0)`) added to the per-column accumulators.
+    ///
+    /// ```
+    /// let mut acc = [1.0f64, 2.0];
+    /// kiln_cpu::vmath::accumulate_f32(&mut acc, &[0.5, 0.25]);
+    /// assert_eq!(acc, [1.5, 2.25]);
+    /// ```
+    pub fn accumulate_f32 = accumulate_f32_generic(acc: &mut [f64], xs: &[f32]) -> ()
+}
+
 versions! {
     /// The sum of `f32` values accumulated in `f64` (sixteen lanes combined pairwise); the
     /// association depends only on `xs.len()`.

@@ -494,3 +494,38 @@ fn fused_arithmetic_pairs_equal_two_separate_ops_at_every_isa_level() {
         ));
     }
 }
+
+#[test]
+fn widening_accumulation_is_exact_at_every_isa_level() {
+    // Each f32 widens exactly to f64 and each sum is one f64 addition: the vector loop must
+    // give the scalar loop's bits, for lengths around the lane counts, with the shorter of
+    // the two slices deciding how many are added.
+    for level in Isa::ALL {
+        if level > detected_isa() {
+            continue;
+        }
+        assert_eq!(set_isa(level), level);
+        for n in [0usize, 1, 7, 8, 15, 16, 17, 33, 100, 1000] {
+            let mut xs: Vec<f32> = (0..n)
+                .map(|i| ((i * 7919) % 1009) as f32 / 7.0 - 70.0 + 1e-3 * i as f32)
+                .collect();
+            for (i, x) in [f32::INFINITY, 1e-40, f32::MIN_POSITIVE]
+                .into_iter()
+                .enumerate()
+            {
+                if let Some(slot) = xs.get_mut(i * 5) {
+                    *slot = x;
+                }
+            }
+            let start: Vec<f64> = (0..n + 2).map(|i| (i as f64).sqrt() * 1e7).collect();
+            let mut want = start.clone();
+            for (a, &x) in want.iter_mut().zip(&xs) {
+                *a += x as f64;
+            }
+            let mut got = start.clone();
+            vmath::accumulate_f32(&mut got, &xs);
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "{level:?} n {n}");
+        }
+    }
+}

@@ -36,6 +36,16 @@ trait Reducer<T> {
             Self::add(a, x);
         }
     }
+    /// Adds `xs[i]` into `acc[i]` (a run of positions feeding consecutive outputs).
+    #[inline]
+    fn each(acc: &mut [Self::A], xs: &[T])
+    where
+        T: Copy,
+    {
+        for (a, &x) in acc.iter_mut().zip(xs) {
+            Self::add(a, x);
+        }
+    }
     fn finish(a: Self::A) -> Self::Out;
     /// Folds a partial accumulator (of a later range of positions) into `a`.
     fn merge(a: &mut Self::A, b: Self::A);
@@ -56,6 +66,10 @@ impl Reducer<f32> for SumF32 {
     fn seg(a: &mut f64, xs: &[f32]) {
         // f64 lanes combined pairwise; f64 holds f32 sums of ~1e9 terms to ~1e-7.
         *a += crate::vmath::sum_f32(xs);
+    }
+    #[inline]
+    fn each(acc: &mut [f64], xs: &[f32]) {
+        crate::vmath::accumulate_f32(acc, xs);
     }
     fn finish(a: f64) -> f64 {
         a
@@ -464,9 +478,7 @@ fn fold<T: Elem, R: Reducer<T>>(
                 R::seg(&mut acc[base as usize], xs);
             } else if stride == 1 {
                 let b = base as usize;
-                for (a, &x) in acc[b..b + len].iter_mut().zip(xs) {
-                    R::add(a, x);
-                }
+                R::each(&mut acc[b..b + len], xs);
             } else {
                 for (t, &x) in xs.iter().enumerate() {
                     R::add(&mut acc[(base + t as isize * stride) as usize], x);
