@@ -520,6 +520,32 @@ impl Form {
     }
 }
 
+/// One matmul kernel over `shape` computing `form(a @ b, l, s)`, and the same expression
+/// for the reference evaluator.
+fn form_plan(
+    form: Form,
+    dt: DType,
+    (a, b, l): (&Op, &Op, &Op),
+    s: f64,
+    shape: &[usize],
+) -> (Pb, NodeRef) {
+    let mm = build::matmul(&a.node(), &b.node()).unwrap();
+    let want = form.node(&mm, &l.node(), s);
+    let mut pb = Pb::new();
+    let sc = pb.scalar(Scalar::Float(s));
+    let inputs = vec![a.input(&mut pb), b.input(&mut pb), l.input(&mut pb)];
+    let o = pb.kernel(
+        KernelKind::MatMul {
+            epilogue: Some(form.program(dt, sc)),
+        },
+        shape,
+        inputs,
+        &[(dt, shape)],
+    );
+    pb.output(o[0]);
+    (pb, want)
+}
+
 #[test]
 fn affine_epilogues_equal_the_reference() {
     // Every form, f32 and f64, with the addend as a broadcast bias row, a full matrix and a
@@ -556,21 +582,7 @@ fn affine_epilogues_equal_the_reference() {
                             ops: vec![VOp::Permute(vec![0, 2, 1])],
                         },
                     };
-                    let s = -0.37;
-                    let mm = build::matmul(&a.node(), &b.node()).unwrap();
-                    let want = form.node(&mm, &l.node(), s);
-                    let mut pb = Pb::new();
-                    let sc = pb.scalar(Scalar::Float(s));
-                    let inputs = vec![a.input(&mut pb), b.input(&mut pb), l.input(&mut pb)];
-                    let o = pb.kernel(
-                        KernelKind::MatMul {
-                            epilogue: Some(form.program(dt, sc)),
-                        },
-                        &[batch, m, n],
-                        inputs,
-                        &[(dt, &[batch, m, n])],
-                    );
-                    pb.output(o[0]);
+                    let (pb, want) = form_plan(form, dt, (&a, &b, &l), -0.37, &[batch, m, n]);
                     let (rtol, atol) = if dt == DType::F32 {
                         (1e-5, 1e-5)
                     } else {
@@ -677,20 +689,7 @@ fn products_split_over_threads_equal_the_reference() {
             // each thread's block of rows as soon as it is computed.
             for form in Form::ALL {
                 let l = Op::plain(data(batch * m * n, 62), &[batch, m, n]);
-                let mm = build::matmul(&a.node(), &b.node()).unwrap();
-                let want = form.node(&mm, &l.node(), 0.5);
-                let mut pb = Pb::new();
-                let sc = pb.scalar(Scalar::Float(0.5));
-                let inputs = vec![a.input(&mut pb), b.input(&mut pb), l.input(&mut pb)];
-                let o = pb.kernel(
-                    KernelKind::MatMul {
-                        epilogue: Some(form.program(dt, sc)),
-                    },
-                    &[batch, m, n],
-                    inputs,
-                    &[(dt, &[batch, m, n])],
-                );
-                pb.output(o[0]);
+                let (pb, want) = form_plan(form, dt, (&a, &b, &l), 0.5, &[batch, m, n]);
                 eprintln!("{form:?} {dt}");
                 check_abs(pb, &[&want], rtol, rtol);
             }
