@@ -565,6 +565,45 @@ fn sum_f32_generic<const F: bool>(xs: &[f32]) -> f64 {
 }
 
 #[inline(always)]
+fn dot_f32_generic<const F: bool>(xs: &[f32], ys: &[f32]) -> f64 {
+    // `sum_f32` of the f32 products `xs[i] * ys[i]` (each rounded to f32, as a separate
+    // multiply would), with the same lanes and association: bit-identical to the two passes.
+    let n = xs.len().min(ys.len());
+    let (xs, ys) = (&xs[..n], &ys[..n]);
+    let mut p = [0.0f64; 16];
+    let (xc, yc) = (xs.chunks_exact(16), ys.chunks_exact(16));
+    let (xr, yr) = (xc.remainder(), yc.remainder());
+    for (c, d) in xc.zip(yc) {
+        for k in 0..16 {
+            p[k] += (c[k] * d[k]) as f64;
+        }
+    }
+    let mut w = 16;
+    while w > 1 {
+        w /= 2;
+        for k in 0..w {
+            p[k] += p[k + w];
+        }
+    }
+    let mut s = p[0];
+    for (&x, &y) in xr.iter().zip(yr) {
+        s += (x * y) as f64;
+    }
+    s
+}
+
+versions! {
+    /// [`sum_f32`] of the products `xs[i] * ys[i]` (over the shorter slice), each product
+    /// rounded to `f32`: the same value as multiplying into a buffer and summing it, in one
+    /// pass (a fused `sum(a * b)`).
+    ///
+    /// ```
+    /// assert_eq!(kiln_cpu::vmath::dot_f32(&[1.0, 2.0, 3.0], &[4.0, 5.0, 6.0]), 32.0);
+    /// ```
+    pub fn dot_f32 = dot_f32_generic(xs: &[f32], ys: &[f32]) -> f64
+}
+
+#[inline(always)]
 fn accumulate_f32_generic<const F: bool>(acc: &mut [f64], xs: &[f32]) {
     for (a, &x) in acc.iter_mut().zip(xs) {
         *a += x as f64;

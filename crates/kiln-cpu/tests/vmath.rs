@@ -529,3 +529,52 @@ fn widening_accumulation_is_exact_at_every_isa_level() {
         }
     }
 }
+
+#[test]
+fn fused_dot_equals_the_sum_of_rounded_products_at_every_isa_level() {
+    // dot_f32(x, y) must give sum_f32 of the f32 products bit for bit (same lanes, same
+    // association), with infinities, NaN, products that overflow or underflow, and lengths
+    // around the lane counts; the shorter slice decides the length.
+    for level in Isa::ALL {
+        if level > detected_isa() {
+            continue;
+        }
+        assert_eq!(set_isa(level), level);
+        for n in [0usize, 1, 15, 16, 17, 31, 32, 33, 100, 1024, 1037] {
+            for case in 0..4usize {
+                let mut xs: Vec<f32> = (0..n)
+                    .map(|i| ((i * 7919 + case * 13) % 1009) as f32 / 50.0 - 10.0)
+                    .collect();
+                let mut ys: Vec<f32> = (0..n)
+                    .map(|i| ((i * 104_729 + case) % 997) as f32 / 30.0 - 16.0)
+                    .collect();
+                if n > 20 {
+                    match case {
+                        1 => {
+                            xs[3] = 3e38;
+                            ys[3] = 10.0; // overflows to inf
+                            xs[n - 1] = 1e-30;
+                            ys[n - 1] = 1e-20; // underflows to a subnormal or 0
+                        }
+                        2 => {
+                            xs[7] = f32::INFINITY;
+                            ys[9] = f32::NEG_INFINITY;
+                        }
+                        3 => xs[n / 2] = f32::NAN,
+                        _ => {}
+                    }
+                }
+                let products: Vec<f32> = xs.iter().zip(&ys).map(|(x, y)| x * y).collect();
+                let want = vmath::sum_f32(&products);
+                let got = vmath::dot_f32(&xs, &ys);
+                assert!(
+                    got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                    "{level:?} n {n} case {case}: {got} vs {want}"
+                );
+                let longer: Vec<f32> = ys.iter().copied().chain([5.0, 6.0]).collect();
+                let got = vmath::dot_f32(&xs, &longer);
+                assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()));
+            }
+        }
+    }
+}

@@ -17,8 +17,8 @@ use crate::ops::{Float, Int};
 use crate::source::{self, AliasPolicy, Src};
 use crate::typed::{copy_cast, Elem, TSlice, TSliceMut, Wrap};
 use crate::walk::{internal, Walk};
-use kiln_compiler::{Arg, Kernel, Launch, Program};
-use kiln_ir::{ArgReduceOp, DType, ReduceOp, Result};
+use kiln_compiler::{Arg, InstOp, Kernel, Launch, Program};
+use kiln_ir::{ArgReduceOp, BinaryOp, DType, ReduceOp, Result};
 use rayon::prelude::*;
 
 /// Folds values of `T` into an accumulator.
@@ -35,6 +35,14 @@ trait Reducer<T> {
         for &x in xs {
             Self::add(a, x);
         }
+    }
+    /// Whether [`Reducer::dot`] is implemented.
+    const DOT: bool = false;
+    /// Folds the products `xs[i] * ys[i]` into `a` exactly as [`Reducer::seg`] folds a run
+    /// of computed products. Called only when [`Reducer::DOT`] says it is implemented.
+    #[inline]
+    fn dot(_a: &mut Self::A, _xs: &[T], _ys: &[T]) {
+        unreachable!("dot is called only for reducers with DOT")
     }
     /// Adds `xs[i]` into `acc[i]` (a run of positions feeding consecutive outputs).
     #[inline]
@@ -70,6 +78,11 @@ impl Reducer<f32> for SumF32 {
     #[inline]
     fn each(acc: &mut [f64], xs: &[f32]) {
         crate::vmath::accumulate_f32(acc, xs);
+    }
+    const DOT: bool = true;
+    #[inline]
+    fn dot(a: &mut f64, xs: &[f32], ys: &[f32]) {
+        *a += crate::vmath::dot_f32(xs, ys);
     }
     fn finish(a: f64) -> f64 {
         a
@@ -332,6 +345,7 @@ pub fn run(
         out_numel,
         grouped: rank > 0 && axes.contains(&(rank - 1)),
         side: Some(side),
+        dot: dot_sources(program, &srcs),
     };
     use ReduceOp::*;
     let result = match (op, dt) {
@@ -356,6 +370,34 @@ pub fn run(
     };
     copy_cast(result.as_slice(), first.as_mut_slice().range(0, out_numel));
     Ok(())
+}
+
+/// The sources `(x, y)` when the prologue is exactly `x * y` of two contiguous f32 inputs
+/// with no side outputs: the reduction can then fold the products as it forms them.
+fn dot_sources(program: &Program, srcs: &[Src<'_>]) -> Option<(usize, usize)> {
+    let [r] = program.results[..] else {
+        return None;
+    };
+    let insts = &program.insts;
+    let inst = insts.get(r as usize)?;
+    let InstOp::Binary(BinaryOp::Mul, x, y) = inst.op else {
+        return None;
+    };
+    let load = |v: u32| match insts.get(v as usize)?.op {
+        InstOp::Load(s) => Some(s as usize),
+        _ => None,
+    };
+    let (sx, sy) = (load(x)?, load(y)?);
+    let f32_direct = |s: usize| {
+        srcs.get(s)
+            .is_some_and(|src| src.dtype == DType::F32 && src.direct().is_some())
+    };
+    (inst.dtype == DType::F32
+        && insts[x as usize].dtype == DType::F32
+        && insts[y as usize].dtype == DType::F32
+        && f32_direct(sx)
+        && f32_direct(sy))
+    .then_some((sx, sy))
 }
 
 /// Cuts each side output (all of `numel` positions) into consecutive pieces of `len`
@@ -386,6 +428,8 @@ struct Engine<'e, 'p, 's, N> {
     grouped: bool,
     /// Side outputs (results 1.. stored over the space, in visiting order); taken by `go`.
     side: Option<Vec<TSliceMut<'s>>>,
+    /// The sources `(x, y)` when the prologue is exactly `x * y` ([`dot_sources`]).
+    dot: Option<(usize, usize)>,
 }
 
 impl<'p, N: Fn() -> Result<Interp<'p>> + Sync> Engine<'_, 'p, '_, N> {
@@ -397,6 +441,10 @@ impl<'p, N: Fn() -> Result<Interp<'p>> + Sync> Engine<'_, 'p, '_, N> {
         let mut acc = vec![R::init(); self.out_numel];
         let (srcs, owalk, numel) = (self.srcs, self.owalk, self.numel);
         let mut side = self.side.take().unwrap_or_default();
+        let dot: Option<(&[T], &[T])> = self
+            .dot
+            .filter(|_| R::DOT)
+            .and_then(|(x, y)| Some((T::slice(srcs[x].direct()?)?, T::slice(srcs[y].direct()?)?)));
         if numel >= PAR_MIN && self.grouped && self.out_numel == 1 {
             let pieces = split_side(side, numel, CHUNK);
             let parts: Vec<Result<R::A>> = pieces
@@ -408,7 +456,7 @@ impl<'p, N: Fn() -> Result<Interp<'p>> + Sync> Engine<'_, 'p, '_, N> {
                         let it = it.as_mut().ok_or_else(rebuild_failed)?;
                         let mut a = [R::init()];
                         let (s, e) = (c * CHUNK, ((c + 1) * CHUNK).min(numel));
-                        fold::<T, R>(it, srcs, owalk, (s, e), &mut a, 0, &mut side)?;
+                        fold::<T, R>(it, srcs, owalk, (s, e), &mut a, 0, &mut side, dot)?;
                         Ok(a[0])
                     },
                 )
@@ -431,13 +479,22 @@ impl<'p, N: Fn() -> Result<Interp<'p>> + Sync> Engine<'_, 'p, '_, N> {
                         let it = it.as_mut().ok_or_else(rebuild_failed)?;
                         let first = t * per;
                         let (s, e) = (first * len, (first + accs.len()) * len);
-                        fold::<T, R>(it, srcs, owalk, (s, e), accs, first, &mut side)
+                        fold::<T, R>(it, srcs, owalk, (s, e), accs, first, &mut side, dot)
                     },
                 )
                 .collect();
             results.into_iter().collect::<Result<()>>()?;
         } else {
-            fold::<T, R>(self.interp, srcs, owalk, (0, numel), &mut acc, 0, &mut side)?;
+            fold::<T, R>(
+                self.interp,
+                srcs,
+                owalk,
+                (0, numel),
+                &mut acc,
+                0,
+                &mut side,
+                dot,
+            )?;
         }
         Ok(R::Out::wrap(acc.into_iter().map(R::finish).collect()))
     }
@@ -449,6 +506,7 @@ fn rebuild_failed() -> kiln_ir::Error {
 
 /// Folds positions `start..end` into `acc`, whose element 0 is output `acc_base`, and
 /// stores result `j + 1` of each position `p` into `side[j]` at `p - start` (side outputs).
+#[allow(clippy::too_many_arguments)]
 fn fold<T: Elem, R: Reducer<T>>(
     interp: &mut Interp<'_>,
     srcs: &[Src<'_>],
@@ -457,11 +515,32 @@ fn fold<T: Elem, R: Reducer<T>>(
     acc: &mut [R::A],
     acc_base: usize,
     side: &mut [TSliceMut<'_>],
+    dot: Option<(&[T], &[T])>,
 ) -> Result<()> {
     let ab = acc_base as isize;
     let mut s = start;
     while s < end {
         let n = BLOCK.min(end - s);
+        if let Some((xs, ys)) = dot {
+            // `sum(x * y)` of two contiguous inputs, each output's positions one run: the
+            // products are folded as they are formed (one pass over both inputs). Not
+            // prefetched: the two plain streams are what the hardware prefetcher follows
+            // best (16M f32: 5.3 ms without the hint, 6.1 ms with it).
+            let mut runs_whole = true;
+            owalk.runs(s, n, |_, _, stride, _| runs_whole &= stride == 0);
+            if runs_whole {
+                owalk.runs(s, n, |pos, base, _, len| {
+                    let at = s + pos;
+                    R::dot(
+                        &mut acc[(base - ab) as usize],
+                        &xs[at..at + len],
+                        &ys[at..at + len],
+                    );
+                });
+                s += n;
+                continue;
+            }
+        }
         source::prefetch(srcs, s + n, (s + 2 * n).min(end));
         interp.eval(srcs, &mut [], s, n)?;
         for (j, out) in side.iter_mut().enumerate() {
