@@ -268,9 +268,16 @@ fn unary_f32_generic<const F: bool>(op: UnaryOp, x: &[f32], o: &mut [f32]) -> bo
             } else {
                 map(x, o, cos_f32::<F>)
             }
-            for (o, &a) in o.iter_mut().zip(x) {
-                if a.is_nan() || a.abs() >= TRIG_FAST_LIMIT {
-                    *o = if op == Sin { a.sin() } else { a.cos() };
+            // A branch-free scan (it vectorises) before the patching loop (which does not):
+            // the patch is rare, the scan cheap.
+            let outside = x.iter().fold(false, |acc, &a| {
+                acc | a.is_nan() | (a.abs() >= TRIG_FAST_LIMIT)
+            });
+            if outside {
+                for (o, &a) in o.iter_mut().zip(x) {
+                    if a.is_nan() || a.abs() >= TRIG_FAST_LIMIT {
+                        *o = if op == Sin { a.sin() } else { a.cos() };
+                    }
                 }
             }
         }
