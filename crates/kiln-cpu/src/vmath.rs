@@ -546,6 +546,19 @@ versions! {
     pub fn select_i64 = select_i64_generic(c: &[bool], a: &[i64], b: &[i64], o: &mut [i64]) -> ()
 }
 
+/// The sum of sixteen lane partials, combined pairwise (halves added lane by lane).
+#[inline(always)]
+fn combine_pairwise(mut p: [f64; 16]) -> f64 {
+    let mut w = 16;
+    while w > 1 {
+        w /= 2;
+        for k in 0..w {
+            p[k] += p[k + w];
+        }
+    }
+    p[0]
+}
+
 #[inline(always)]
 fn sum_f32_generic<const F: bool>(xs: &[f32]) -> f64 {
     // Sixteen f64 partial sums (vector lanes), combined pairwise: error ~ n·2⁻⁵³ relative.
@@ -557,14 +570,7 @@ fn sum_f32_generic<const F: bool>(xs: &[f32]) -> f64 {
             p[k] += c[k] as f64;
         }
     }
-    let mut w = 16;
-    while w > 1 {
-        w /= 2;
-        for k in 0..w {
-            p[k] += p[k + w];
-        }
-    }
-    let mut s = p[0];
+    let mut s = combine_pairwise(p);
     for &x in rest {
         s += x as f64;
     }
@@ -585,14 +591,7 @@ fn dot_f32_generic<const F: bool>(xs: &[f32], ys: &[f32]) -> f64 {
             p[k] += (c[k] * d[k]) as f64;
         }
     }
-    let mut w = 16;
-    while w > 1 {
-        w /= 2;
-        for k in 0..w {
-            p[k] += p[k + w];
-        }
-    }
-    let mut s = p[0];
+    let mut s = combine_pairwise(p);
     for (&x, &y) in xr.iter().zip(yr) {
         s += (x * y) as f64;
     }
