@@ -1,10 +1,12 @@
 //! The [`Backend`] trait every device implements, and [`run`], the backend-neutral loop that
 //! executes a [`Plan`]: evaluate the scalar prelude, upload inputs, allocate buffers when first
-//! written, launch kernels in order, release buffers after their last use, download outputs.
+//! written, launch kernels in order (a row group's kernels with one call), release buffers
+//! after their last use, download outputs.
 //!
 //! Depends on [`crate::plan`], `kiln-ir` and `kiln-reference` (the prelude's scalar
 //! arithmetic is the oracle's).
 
+use crate::group::RowGroup;
 use crate::plan::{InstOp, Kernel, OutputRef, Plan, Program, Source, Strided};
 use kiln_ir::{resolve_shape, Bindings, DType, HostData, Result, Scalar, Shape};
 
@@ -19,6 +21,31 @@ pub enum Arg<'a, B> {
     Output(usize),
     /// A virtual source (`Iota`, `Random`): no buffer.
     Virtual,
+}
+
+/// How a kernel of a row group reads one input ([`Backend::launch_group`]).
+#[derive(Debug)]
+pub enum GroupArg<'a, B> {
+    /// From this buffer, written before the group (or a parameter).
+    Buffer(&'a B),
+    /// From the group's buffer `i`, written by an earlier kernel of the group — or by this
+    /// kernel itself (in place) when `i` is among its outputs.
+    Group(usize),
+    /// A virtual source (`Iota`, `Random`): no buffer.
+    Virtual,
+}
+
+/// One kernel of a row group, resolved for launch ([`Backend::launch_group`]).
+#[derive(Debug)]
+pub struct GroupKernel<'a, B> {
+    /// The kernel.
+    pub kernel: &'a Kernel,
+    /// Its sizes and views for the whole space (all rows).
+    pub launch: Launch<'a>,
+    /// Its inputs.
+    pub inputs: Vec<GroupArg<'a, B>>,
+    /// The group buffer each output goes to.
+    pub outputs: smallvec::SmallVec<[usize; 2]>,
 }
 
 /// The concrete sizes and values of one kernel launch.
@@ -68,6 +95,29 @@ pub trait Backend: Send + Sync {
     /// `KernelKind::Reduce`, see [`crate::Target::reduce_side_outputs`]). Default: no.
     fn reduce_side_outputs(&self) -> bool {
         false
+    }
+    /// Whether this backend executes row groups ([`Backend::launch_group`], see
+    /// [`crate::group::RowGroup`]). Default: no.
+    fn row_groups(&self) -> bool {
+        false
+    }
+    /// Runs the kernels of a row group over `rows` rows (in any order of rows, with the
+    /// results of running them one by one). `buffers` are the buffers the group writes
+    /// (`lens[i]` elements of buffer `i` are written, `lens[i] / rows` per row). Called only
+    /// when [`Backend::row_groups`] says so. Default: an error.
+    fn launch_group(
+        &self,
+        rows: usize,
+        kernels: &[GroupKernel<'_, Self::Buffer>],
+        buffers: &mut [Self::Buffer],
+        lens: &[usize],
+    ) -> Result<()> {
+        let _ = (rows, kernels, buffers, lens);
+        Err(kiln_ir::Error::InvalidArgument {
+            op: "launch_group",
+            message: format!("the {} backend does not execute row groups", self.name()),
+            hint: "compile for a target without row groups".into(),
+        })
     }
     /// Runs one kernel.
     fn launch(
@@ -202,7 +252,18 @@ fn run_kernels<B: Backend>(
     bufs: &mut [Option<B::Buffer>],
 ) -> Result<()> {
     let dims = &bindings.dims;
-    for (ki, kernel) in plan.kernels.iter().enumerate() {
+    let mut groups = plan.groups.iter().peekable();
+    let mut ki = 0;
+    while ki < plan.kernels.len() {
+        if let Some(g) = groups.next_if(|g| g.start == ki) {
+            run_group(backend, plan, bindings, scalars, params, bufs, g)?;
+            for k in g.start..g.end {
+                release_dead(backend, plan, bufs, k);
+            }
+            ki = g.end;
+            continue;
+        }
+        let kernel = &plan.kernels[ki];
         // Upload the parameters this kernel reads.
         for input in &kernel.inputs {
             if let Source::Param(p) = input.source {
@@ -270,14 +331,135 @@ fn run_kernels<B: Backend>(
             bufs[b as usize] = Some(buf);
         }
         result?;
-        // Release buffers whose last reader was this kernel.
-        for (b, desc) in plan.buffers.iter().enumerate() {
-            if !desc.output && desc.last_use == ki {
-                if let Some(buf) = bufs[b].take() {
-                    backend.release(buf);
+        release_dead(backend, plan, bufs, ki);
+        ki += 1;
+    }
+    Ok(())
+}
+
+/// Releases the buffers whose last reader was kernel `ki`.
+fn release_dead<B: Backend>(backend: &B, plan: &Plan, bufs: &mut [Option<B::Buffer>], ki: usize) {
+    for (b, desc) in plan.buffers.iter().enumerate() {
+        if !desc.output && desc.last_use == ki {
+            if let Some(buf) = bufs[b].take() {
+                backend.release(buf);
+            }
+        }
+    }
+}
+
+/// Runs the kernels of row group `g` with one [`Backend::launch_group`].
+fn run_group<B: Backend>(
+    backend: &B,
+    plan: &Plan,
+    bindings: &Bindings,
+    scalars: &[Scalar],
+    params: &mut [Option<B::Buffer>],
+    bufs: &mut [Option<B::Buffer>],
+    g: &RowGroup,
+) -> Result<()> {
+    let dims = &bindings.dims;
+    let kernels = &plan.kernels[g.start..g.end];
+    // The buffers the group writes, in first-write order, with their written lengths.
+    let mut owned: Vec<u32> = Vec::new();
+    let mut lens: Vec<usize> = Vec::new();
+    for kernel in kernels {
+        for input in &kernel.inputs {
+            if let Source::Param(p) = input.source {
+                if params[p as usize].is_none() {
+                    params[p as usize] = Some(backend.upload(&bindings.params[p as usize])?);
+                }
+            }
+        }
+        for &s in &kernel.outputs {
+            let b = plan.slots[s as usize].buffer;
+            let len = plan.slot_shape(s, dims).numel();
+            match owned.iter().position(|&o| o == b) {
+                Some(i) => lens[i] = lens[i].max(len),
+                None => {
+                    owned.push(b);
+                    lens.push(len);
                 }
             }
         }
     }
-    Ok(())
+    let mut taken: Vec<B::Buffer> = Vec::with_capacity(owned.len());
+    for &b in &owned {
+        let buf = match bufs[b as usize].take() {
+            Some(buf) => Ok(buf),
+            None => {
+                let desc = &plan.buffers[b as usize];
+                let len = desc
+                    .slots
+                    .iter()
+                    .map(|&s| plan.slot_shape(s, dims).numel())
+                    .max()
+                    .unwrap_or(0);
+                backend.allocate(desc.dtype, len)
+            }
+        };
+        match buf {
+            Ok(buf) => taken.push(buf),
+            Err(e) => {
+                for (&b, buf) in owned.iter().zip(taken) {
+                    bufs[b as usize] = Some(buf);
+                }
+                return Err(e);
+            }
+        }
+    }
+    let result = {
+        let (params, bufs) = (&*params, &*bufs);
+        let launches: Vec<GroupKernel<'_, B::Buffer>> = kernels
+            .iter()
+            .map(|kernel| GroupKernel {
+                kernel,
+                launch: Launch {
+                    space: resolve_shape(&kernel.space, dims),
+                    views: kernel.inputs.iter().map(|i| i.view.resolve(dims)).collect(),
+                    scalars,
+                    seeds: &bindings.seeds,
+                    dims,
+                },
+                inputs: kernel
+                    .inputs
+                    .iter()
+                    .map(|i| match i.source {
+                        Source::Param(p) => {
+                            GroupArg::Buffer(params[p as usize].as_ref().expect("uploaded above"))
+                        }
+                        Source::Slot(s) => {
+                            let b = plan.slots[s as usize].buffer;
+                            match owned.iter().position(|&o| o == b) {
+                                Some(i) => GroupArg::Group(i),
+                                None => GroupArg::Buffer(
+                                    bufs[b as usize]
+                                        .as_ref()
+                                        .expect("slot written by an earlier kernel"),
+                                ),
+                            }
+                        }
+                        Source::Iota { .. } | Source::Random { .. } => GroupArg::Virtual,
+                    })
+                    .collect(),
+                outputs: kernel
+                    .outputs
+                    .iter()
+                    .map(|&s| {
+                        let b = plan.slots[s as usize].buffer;
+                        owned.iter().position(|&o| o == b).expect("listed above")
+                    })
+                    .collect(),
+            })
+            .collect();
+        let rows = match g.rows {
+            kiln_ir::Dim::Const(c) => c,
+            kiln_ir::Dim::Sym(s) => dims[s as usize],
+        };
+        backend.launch_group(rows, &launches, &mut taken, &lens)
+    };
+    for (&b, buf) in owned.iter().zip(taken) {
+        bufs[b as usize] = Some(buf);
+    }
+    result
 }

@@ -1,5 +1,5 @@
 //! The compile pipeline: [`LazyExpr`] → working graph → rewrites → (verifier) → fusion →
-//! memory plan → [`Compiled`]. Depends on every other module of the crate.
+//! row groups → memory plan → [`Compiled`]. Depends on every other module of the crate.
 
 use crate::fuse;
 use crate::graph::Graph;
@@ -68,7 +68,7 @@ pub fn compile(expr: &LazyExpr) -> Result<Compiled> {
 /// ```
 /// let t = kiln_compiler::Target::default();
 /// assert_eq!(t.max_kernel_inputs, usize::MAX);
-/// assert!(!t.reduce_side_outputs);
+/// assert!(!t.reduce_side_outputs && !t.row_groups);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Target {
@@ -80,6 +80,10 @@ pub struct Target {
     /// reads and later kernels also need is then written by the reduction instead of being
     /// computed twice (softmax's `exp(x - max)`).
     pub reduce_side_outputs: bool,
+    /// Whether the backend executes row groups ([`crate::Backend::row_groups`]): the
+    /// compiler then marks them ([`crate::group::row_groups`]) and plans memory so that
+    /// their rows are independent.
+    pub row_groups: bool,
 }
 
 impl Default for Target {
@@ -87,6 +91,7 @@ impl Default for Target {
         Target {
             max_kernel_inputs: usize::MAX,
             reduce_side_outputs: false,
+            row_groups: false,
         }
     }
 }
@@ -144,6 +149,9 @@ pub fn compile_for(expr: &LazyExpr, target: Target) -> Result<Compiled> {
     graph.verify()?;
     let fused = fuse::fuse_for(&graph, expr.bindings.scalars.len() as u32, target);
     let mut plan = fused.plan;
+    if target.row_groups {
+        plan.groups = crate::group::row_groups(&plan);
+    }
     memory::plan_memory(&mut plan, &expr.bindings.dims);
     #[cfg(debug_assertions)]
     plan.verify().map_err(|message| kiln_ir::Error::Verifier {

@@ -22,6 +22,9 @@ pub struct KernelReport {
     pub bytes_read: usize,
     /// Bytes written.
     pub bytes_written: usize,
+    /// The row group ([`crate::group::RowGroup`]) the kernel belongs to: its index in the
+    /// plan's list of groups.
+    pub row_group: Option<usize>,
 }
 
 /// What a plan does for one binding.
@@ -99,6 +102,10 @@ pub fn report(compiled: &Compiled, bindings: &Bindings) -> Report {
             inputs: kernel.inputs.len(),
             bytes_read,
             bytes_written,
+            row_group: plan
+                .groups
+                .iter()
+                .position(|g| (g.start..g.end).contains(&k)),
         });
     }
     Report {

@@ -13,16 +13,18 @@ pub mod compile;
 pub mod engine;
 pub mod fuse;
 pub mod graph;
+pub mod group;
 pub mod inspect;
 pub mod memory;
 pub mod plan;
 pub mod rewrite;
 
-pub use backend::{eval_prelude, run, Arg, Backend, Launch};
+pub use backend::{eval_prelude, run, Arg, Backend, GroupArg, GroupKernel, Launch};
 pub use cache::{CacheStats, GraphCache, MissReason, MissRecord};
 pub use compile::{compile, compile_for, compile_with_limit, Compiled, Target};
 pub use engine::{Engine, DEFAULT_CAPACITY};
 pub use graph::{GNode, Graph};
+pub use group::RowGroup;
 pub use inspect::{KernelReport, Report};
 pub use plan::{
     BufferDesc, Input, Inst, InstOp, Kernel, KernelKind, OutputRef, Plan, Program, Slot, Source,

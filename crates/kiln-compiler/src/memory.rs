@@ -5,9 +5,14 @@
 //! elementwise, that slot dies at this kernel (no later kernel reads it), it is not a plan
 //! output, every read of it in this kernel uses the output's own contiguous layout, and the
 //! dtypes match. Parameters (user data) are never written. Identity decides, never shape:
-//! slots are compared by number. Output buffers are never reused. Depends on
-//! [`crate::plan`] and `kiln-ir`.
+//! slots are compared by number. Output buffers are never reused.
+//!
+//! **Row groups** ([`crate::group::RowGroup`]): a buffer whose slots die inside a group is
+//! free only after the group's last kernel (a backend may run the group's rows in any
+//! order), and a kernel of a group writes in place only over a slot that every kernel of the
+//! group reads row-aligned. Depends on [`crate::plan`], [`crate::group`] and `kiln-ir`.
 
+use crate::group::row_aligned;
 use crate::plan::{BufferDesc, Kernel, KernelKind, OutputRef, Plan, Source, ViewOp};
 use kiln_ir::{resolve_shape, Dim};
 
@@ -75,6 +80,20 @@ pub fn plan_memory(plan: &mut Plan, hint: &[usize]) {
         }
     }
     let size = |plan: &Plan, s: u32| resolve_shape(&plan.slots[s as usize].shape, hint).numel();
+    // The row group of kernel `k`, if any.
+    let groups = plan.groups.clone();
+    let group_of = |k: usize| groups.iter().find(|g| (g.start..g.end).contains(&k));
+    // Inside a group, in place only over a slot the whole group reads row by row.
+    let rowwise = |plan: &Plan, k: usize, t: u32| {
+        group_of(k).is_none_or(|g| {
+            plan.kernels[g.start..g.end].iter().all(|kernel| {
+                kernel
+                    .inputs
+                    .iter()
+                    .all(|i| i.source != Source::Slot(t) || row_aligned(&i.view, g.rows))
+            })
+        })
+    };
     let mut buffers: Vec<BufferDesc> = Vec::new();
     let mut free: Vec<u32> = Vec::new();
     for k in 0..n_k {
@@ -103,6 +122,7 @@ pub fn plan_memory(plan: &mut Plan, hint: &[usize]) {
                         && all_identity
                         && !taken.contains(&b)
                         && !buffers[b as usize].output
+                        && rowwise(plan, k, t)
                     {
                         chosen = Some(b);
                         break;
@@ -151,12 +171,18 @@ pub fn plan_memory(plan: &mut Plan, hint: &[usize]) {
             plan.slots[s as usize].buffer = b;
             taken.push(b);
         }
-        // Buffers whose slots are all dead after this kernel become free.
+        // Buffers whose slots are all dead after this kernel (after this group, inside one)
+        // become free.
+        let died = match group_of(k) {
+            Some(g) if k + 1 < g.end => continue,
+            Some(g) => g.start..=k,
+            None => k..=k,
+        };
         for (b, desc) in buffers.iter().enumerate() {
             let dead = !desc.output && desc.slots.iter().all(|&s| last[s as usize] <= k);
             if dead
                 && !free.contains(&(b as u32))
-                && desc.slots.iter().any(|&s| last[s as usize] == k)
+                && desc.slots.iter().any(|&s| died.contains(&last[s as usize]))
             {
                 free.push(b as u32);
             }

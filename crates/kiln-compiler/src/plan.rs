@@ -440,6 +440,9 @@ pub struct Plan {
     pub buffers: Vec<BufferDesc>,
     /// The outputs, in request order.
     pub outputs: Vec<OutputRef>,
+    /// Row groups, in kernel order and disjoint ([`crate::group::RowGroup`]): only for a
+    /// [`crate::Target`] with `row_groups`.
+    pub groups: Vec<crate::group::RowGroup>,
 }
 
 impl Plan {
@@ -553,6 +556,39 @@ impl Plan {
             if let OutputRef::Slot(s) = o {
                 if !written[*s as usize] {
                     return Err(format!("output slot {s} is never written"));
+                }
+            }
+        }
+        self.verify_groups()
+    }
+
+    /// The invariants of [`crate::group::RowGroup`] that the plan alone shows.
+    fn verify_groups(&self) -> Result<(), String> {
+        let mut next = 0;
+        for (g, group) in self.groups.iter().enumerate() {
+            let fail = |m: String| Err(format!("row group {g}: {m}"));
+            if group.start < next || group.end <= group.start || group.end > self.kernels.len() {
+                return fail(format!("kernels {}..{}", group.start, group.end));
+            }
+            next = group.end;
+            let kernels = &self.kernels[group.start..group.end];
+            let written: Vec<u32> = kernels.iter().flat_map(|k| k.outputs.clone()).collect();
+            for kernel in kernels {
+                let fits = kernel.space.len() >= 2
+                    && kernel.space[0] == group.rows
+                    && match &kernel.kind {
+                        KernelKind::Elementwise { .. } => true,
+                        KernelKind::Reduce { axes, .. } => !axes.contains(&0),
+                        _ => false,
+                    };
+                if !fits {
+                    return fail(format!("kernel over {:?} cannot join", kernel.space));
+                }
+                for input in &kernel.inputs {
+                    let inner = matches!(input.source, Source::Slot(s) if written.contains(&s));
+                    if inner && !crate::group::row_aligned(&input.view, group.rows) {
+                        return fail(format!("{:?} is not read row by row", input.source));
+                    }
                 }
             }
         }

@@ -24,6 +24,10 @@
 //!   **Matmul** uses `matrixmultiply` (AVX-512 kernels) on the strided views directly, its
 //!   rows split over the rayon pool above ~2M multiply-adds (one pool for every kernel), and for products with at most 16 rows or 32³ multiply-adds its own
 //!   unpacked register-blocked kernel (`kernels/small_gemm.rs`); **take**, **concat** and **top-k** copy through the views.
+//! * **Row groups** (`kernels/group.rs`): the compiler marks runs of kernels whose rows are
+//!   independent (a row reduction and the kernels that read its result row by row: softmax,
+//!   layer norm); they run block of rows by block of rows, every kernel of the group over a
+//!   block before the next block, blocks in parallel, so intermediate rows stay in L2.
 //! * **Fresh memory**: large fresh buffers are advised `MADV_HUGEPAGE` before first touch
 //!   (fresh 4 KiB page faults cost as much as the work; see `docs/performance.md`).
 //!
@@ -80,7 +84,7 @@ pub use buffer::{BufferPool, CpuBuffer, PoolStats, DEFAULT_POOL_BYTES};
 pub use simd::{detected_isa, isa, set_isa, Isa};
 pub use typed::{Conv, Elem, TSlice, TSliceMut, TypedVec};
 
-use kiln_compiler::{Arg, Backend, Executor, Kernel, KernelKind, Launch};
+use kiln_compiler::{Arg, Backend, Executor, GroupKernel, Kernel, KernelKind, Launch};
 use kiln_ir::{DType, HostData, LazyExpr, Result};
 
 /// The buffer pool shared by every [`CpuBackend`] (one host, one pool).
@@ -173,6 +177,20 @@ impl Backend for CpuBackend {
 
     fn reduce_side_outputs(&self) -> bool {
         true
+    }
+
+    fn row_groups(&self) -> bool {
+        true
+    }
+
+    fn launch_group(
+        &self,
+        rows: usize,
+        kernels: &[GroupKernel<'_, CpuBuffer>],
+        buffers: &mut [CpuBuffer],
+        lens: &[usize],
+    ) -> Result<()> {
+        kernels::group::run(rows, kernels, buffers, lens)
     }
 
     fn launch(

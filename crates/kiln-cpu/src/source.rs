@@ -196,6 +196,35 @@ fn gather_typed(src: TSlice<'_>, walk: &Walk, offset: isize, start: usize, dst: 
     }
 }
 
+/// A kernel input as the kernel loops see it: data, the kernel's own output `j` (in place),
+/// or a virtual source. Made from launch arguments by [`ins`], or by the row-group executor
+/// from row blocks of its buffers.
+#[derive(Clone, Copy, Debug)]
+pub enum In<'a> {
+    /// Buffer data.
+    Data(TSlice<'a>),
+    /// The kernel's output `j` (in place).
+    Output(usize),
+    /// `Iota` or `Random`.
+    Virtual,
+}
+
+/// The inputs of a launch as [`In`]s.
+pub fn ins<'a>(args: &[Arg<'a, CpuBuffer>]) -> Vec<In<'a>> {
+    args.iter()
+        .map(|a| match a {
+            Arg::Buffer(b) => In::Data(b.as_slice()),
+            Arg::Output(j) => In::Output(*j),
+            Arg::Virtual => In::Virtual,
+        })
+        .collect()
+}
+
+/// Read-only views of a launch's output buffers (for [`snapshots`] and [`build`]).
+pub fn views(outputs: &[CpuBuffer]) -> Vec<TSlice<'_>> {
+    outputs.iter().map(|b| b.as_slice()).collect()
+}
+
 /// How a kernel reads an input that aliases one of its outputs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AliasPolicy {
@@ -209,8 +238,8 @@ pub enum AliasPolicy {
 /// Copies of the output buffers that aliased inputs read (see [`AliasPolicy`]).
 pub fn snapshots(
     launch: &Launch<'_>,
-    inputs: &[Arg<'_, CpuBuffer>],
-    outputs: &[CpuBuffer],
+    inputs: &[In<'_>],
+    outputs: &[TSlice<'_>],
     policy: impl Fn(usize) -> AliasPolicy,
     perm: Option<&[usize]>,
 ) -> Vec<Option<TypedVec>> {
@@ -218,11 +247,11 @@ pub fn snapshots(
         .iter()
         .enumerate()
         .map(|(i, a)| match a {
-            Arg::Output(j) => {
+            In::Output(j) => {
                 let w = view_walk(launch, i, perm);
                 let in_place =
                     policy(i) == AliasPolicy::InPlace && w.contiguous_offset() == Some(0);
-                (!in_place).then(|| TypedVec::from_slice(outputs[*j].as_slice()))
+                (!in_place).then(|| TypedVec::from_slice(outputs[*j]))
             }
             _ => None,
         })
@@ -241,9 +270,9 @@ fn view_walk(launch: &Launch<'_>, i: usize, perm: Option<&[usize]>) -> Walk {
 pub fn build<'a>(
     kernel: &Kernel,
     launch: &Launch<'_>,
-    inputs: &[Arg<'a, CpuBuffer>],
+    inputs: &[In<'a>],
     snaps: &'a [Option<TypedVec>],
-    outputs: &[CpuBuffer],
+    outputs: &[TSlice<'_>],
     perm: Option<&[usize]>,
 ) -> Result<Vec<Src<'a>>> {
     if inputs.len() != kernel.inputs.len() || launch.views.len() != kernel.inputs.len() {
@@ -260,8 +289,8 @@ pub fn build<'a>(
         let what = || format!("input {i} ({:?})", input.source);
         let kind = match (arg, &snaps[i]) {
             (_, Some(snap)) => SrcKind::Data(snap.as_slice()),
-            (Arg::Buffer(b), None) => SrcKind::Data(b.as_slice()),
-            (Arg::Output(j), None) => {
+            (In::Data(d), None) => SrcKind::Data(*d),
+            (In::Output(j), None) => {
                 let o = outputs
                     .get(*j)
                     .ok_or_else(|| internal(format!("{}: no output {j}", what())))?;
@@ -276,7 +305,7 @@ pub fn build<'a>(
                 walk.check(o.len(), format_args!("input {i} ({:?})", input.source))?;
                 SrcKind::Alias(*j)
             }
-            (Arg::Virtual, None) => match input.source {
+            (In::Virtual, None) => match input.source {
                 Source::Iota { axis } => {
                     let base = input.view.base.iter().map(|d| match *d {
                         Dim::Const(c) => Some(c),

@@ -9,7 +9,7 @@
 
 use crate::buffer::CpuBuffer;
 use crate::interp::{Interp, BLOCK};
-use crate::source::{self, AliasPolicy, Src};
+use crate::source::{self, AliasPolicy, In, Src};
 use crate::typed::{copy_cast, TSliceMut};
 use crate::walk::internal;
 use kiln_compiler::{Arg, Kernel, Launch, Program};
@@ -30,8 +30,20 @@ pub fn run(
     inputs: &[Arg<'_, CpuBuffer>],
     outputs: &mut [CpuBuffer],
 ) -> Result<()> {
+    let outs = outputs.iter_mut().map(|b| b.as_mut_slice()).collect();
+    run_io(kernel, program, launch, &source::ins(inputs), outs)
+}
+
+/// [`run`] over input data and output slices (a row group's row blocks, or whole buffers).
+pub fn run_io(
+    kernel: &Kernel,
+    program: &Program,
+    launch: &Launch<'_>,
+    inputs: &[In<'_>],
+    outs: Vec<TSliceMut<'_>>,
+) -> Result<()> {
     let numel = launch.space.numel();
-    check_outputs(outputs, program.results.len(), numel)?;
+    check_lens(outs.iter().map(|o| o.len()), program.results.len(), numel)?;
     for (i, v) in launch.views.iter().enumerate() {
         if v.shape != launch.space {
             return Err(internal(format!(
@@ -40,10 +52,11 @@ pub fn run(
             )));
         }
     }
-    let snaps = source::snapshots(launch, inputs, outputs, |_| AliasPolicy::InPlace, None);
-    let srcs = source::build(kernel, launch, inputs, &snaps, outputs, None)?;
+    let views: Vec<_> = outs.iter().map(|o| o.as_ref()).collect();
+    let snaps = source::snapshots(launch, inputs, &views, |_| AliasPolicy::InPlace, None);
+    let srcs = source::build(kernel, launch, inputs, &snaps, &views, None)?;
+    drop(views);
     let mut interp = Interp::new(program, &srcs, None, launch.scalars, numel)?;
-    let outs: Vec<TSliceMut<'_>> = outputs.iter_mut().map(|b| b.as_mut_slice()).collect();
     run_space(
         &mut interp,
         || Interp::new(program, &srcs, None, launch.scalars, numel),
@@ -98,17 +111,25 @@ pub fn run_space<'p>(
 
 /// Checks that there are `count` outputs of at least `numel` elements.
 pub fn check_outputs(outputs: &[CpuBuffer], count: usize, numel: usize) -> Result<()> {
-    if outputs.len() != count {
+    check_lens(outputs.iter().map(|o| o.len()), count, numel)
+}
+
+/// Checks that there are `count` output lengths, each at least `numel`.
+pub fn check_lens(
+    lens: impl ExactSizeIterator<Item = usize>,
+    count: usize,
+    numel: usize,
+) -> Result<()> {
+    if lens.len() != count {
         return Err(internal(format!(
             "{} output buffers for {count} results",
-            outputs.len()
+            lens.len()
         )));
     }
-    for (j, o) in outputs.iter().enumerate() {
-        if o.len() < numel {
+    for (j, len) in lens.enumerate() {
+        if len < numel {
             return Err(internal(format!(
-                "output {j} has {} elements, the kernel writes {numel}",
-                o.len()
+                "output {j} has {len} elements, the kernel writes {numel}"
             )));
         }
     }

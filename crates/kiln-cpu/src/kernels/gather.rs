@@ -17,7 +17,14 @@ fn sources<'a>(
     snaps: &'a [Option<TypedVec>],
     outputs: &[CpuBuffer],
 ) -> Result<Vec<Src<'a>>> {
-    source::build(kernel, launch, inputs, snaps, outputs, None)
+    source::build(
+        kernel,
+        launch,
+        &source::ins(inputs),
+        snaps,
+        &source::views(outputs),
+        None,
+    )
 }
 
 /// Runs a take kernel: output `[..axis] + idx.shape + [axis+1..]` of the table.
@@ -53,7 +60,13 @@ pub fn take(
     if numel == 0 {
         return Ok(()); // nothing is read, so no index is checked (as the reference)
     }
-    let snaps = source::snapshots(launch, inputs, outputs, |_| AliasPolicy::Snapshot, None);
+    let snaps = source::snapshots(
+        launch,
+        &source::ins(inputs),
+        &source::views(outputs),
+        |_| AliasPolicy::Snapshot,
+        None,
+    );
     let srcs = sources(kernel, launch, inputs, &snaps, outputs)?;
     let size = t[axis];
     // Indices, checked in order: the first bad one is the one the reference reports.
@@ -132,7 +145,13 @@ pub fn concat(
     }
     let numel = launch.space.numel();
     check_outputs(outputs, 1, numel)?;
-    let snaps = source::snapshots(launch, inputs, outputs, |_| AliasPolicy::Snapshot, None);
+    let snaps = source::snapshots(
+        launch,
+        &source::ins(inputs),
+        &source::views(outputs),
+        |_| AliasPolicy::Snapshot,
+        None,
+    );
     let srcs = sources(kernel, launch, inputs, &snaps, outputs)?;
     let outer: usize = space[..axis].iter().product();
     let inner: usize = space[axis + 1..].iter().product();
@@ -187,7 +206,13 @@ pub fn top_k(
     if rows * k == 0 {
         return Ok(());
     }
-    let snaps = source::snapshots(launch, inputs, outputs, |_| AliasPolicy::Snapshot, None);
+    let snaps = source::snapshots(
+        launch,
+        &source::ins(inputs),
+        &source::views(outputs),
+        |_| AliasPolicy::Snapshot,
+        None,
+    );
     let srcs = sources(kernel, launch, inputs, &snaps, outputs)?;
     let src = &srcs[0];
     with_dtype!(src.dtype, T => top_k_typed::<T>(src, rows, len, k, indices, outputs));

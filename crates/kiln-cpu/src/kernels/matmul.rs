@@ -75,8 +75,8 @@ pub fn run(
     // the output are copied first; epilogue inputs are read block by block as elementwise.
     let snaps = source::snapshots(
         launch,
-        inputs,
-        outputs,
+        &source::ins(inputs),
+        &source::views(outputs),
         |i| {
             if i < 2 {
                 AliasPolicy::Snapshot
@@ -86,7 +86,14 @@ pub fn run(
         },
         None,
     );
-    let srcs = source::build(kernel, launch, inputs, &snaps, outputs, None)?;
+    let srcs = source::build(
+        kernel,
+        launch,
+        &source::ins(inputs),
+        &snaps,
+        &source::views(outputs),
+        None,
+    )?;
     let dt = srcs[0].dtype;
     if srcs[1].dtype != dt {
         return Err(internal(format!("matmul of {} and {}", dt, srcs[1].dtype)));

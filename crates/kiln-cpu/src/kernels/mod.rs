@@ -3,6 +3,7 @@
 
 pub mod elementwise;
 pub mod gather;
+pub mod group;
 pub mod matmul;
 pub mod reduce;
 pub mod scatter;

@@ -10,11 +10,11 @@
 //! products, the element type for `max`/`min` (NaN propagates); bool sum/max are `or`,
 //! prod/min are `and`.
 
-use super::elementwise::{check_outputs, CHUNK, PAR_MIN};
+use super::elementwise::{check_lens, check_outputs, CHUNK, PAR_MIN};
 use crate::buffer::CpuBuffer;
 use crate::interp::{Interp, BLOCK};
 use crate::ops::{Float, Int};
-use crate::source::{self, AliasPolicy, Src};
+use crate::source::{self, AliasPolicy, In, Src};
 use crate::typed::{copy_cast, Elem, TSlice, TSliceMut, Wrap};
 use crate::walk::{internal, Walk};
 use kiln_compiler::{Arg, InstOp, Kernel, Launch, Program};
@@ -288,6 +288,28 @@ pub fn run(
     inputs: &[Arg<'_, CpuBuffer>],
     outputs: &mut [CpuBuffer],
 ) -> Result<()> {
+    let outs = outputs.iter_mut().map(|b| b.as_mut_slice()).collect();
+    run_io(
+        kernel,
+        program,
+        op,
+        axes,
+        launch,
+        &source::ins(inputs),
+        outs,
+    )
+}
+
+/// [`run`] over input data and output slices (a row group's row blocks, or whole buffers).
+pub fn run_io(
+    kernel: &Kernel,
+    program: &Program,
+    op: ReduceOp,
+    axes: &[usize],
+    launch: &Launch<'_>,
+    inputs: &[In<'_>],
+    outputs: Vec<TSliceMut<'_>>,
+) -> Result<()> {
     let space = launch.space.dims();
     let rank = space.len();
     check_axes(axes, rank)?;
@@ -303,8 +325,8 @@ pub fn run(
             outputs.len()
         )));
     }
-    check_outputs(&outputs[..1], 1, out_numel)?;
-    check_outputs(&outputs[1..], results - 1, numel)?;
+    check_lens(outputs[..1].iter().map(|o| o.len()), 1, out_numel)?;
+    check_lens(outputs[1..].iter().map(|o| o.len()), results - 1, numel)?;
     let perm = order(rank, axes);
     if results > 1 && perm.iter().enumerate().any(|(k, &a)| k != a) {
         // Side outputs are stored in visiting order; the compiler emits them only where
@@ -324,18 +346,21 @@ pub fn run(
     let pstrides: Vec<isize> = perm.iter().map(|&a| ostrides[a]).collect();
     let owalk = Walk::new(&pshape, &pstrides, 0);
 
+    let views: Vec<_> = outputs.iter().map(|o| o.as_ref()).collect();
     let snaps = source::snapshots(
         launch,
         inputs,
-        outputs,
+        &views,
         |_| AliasPolicy::Snapshot,
         Some(&perm),
     );
-    let srcs = source::build(kernel, launch, inputs, &snaps, outputs, Some(&perm))?;
+    let srcs = source::build(kernel, launch, inputs, &snaps, &views, Some(&perm))?;
+    drop(views);
     let mut interp = Interp::new(program, &srcs, None, launch.scalars, numel)?;
     let dt = interp.result_dtype(0);
-    let (first, rest) = outputs.split_first_mut().expect("one output at least");
-    let side: Vec<TSliceMut<'_>> = rest.iter_mut().map(|b| b.as_mut_slice()).collect();
+    let mut outputs = outputs.into_iter();
+    let mut first = outputs.next().expect("one output at least");
+    let side: Vec<TSliceMut<'_>> = outputs.collect();
     let e = &mut Engine {
         interp: &mut interp,
         fresh: || Interp::new(program, &srcs, None, launch.scalars, numel),
@@ -368,7 +393,7 @@ pub fn run(
         (Min, DType::I32) => e.go::<i32, MaxInt<false>>()?,
         (Min, DType::I64) => e.go::<i64, MaxInt<false>>()?,
     };
-    copy_cast(result.as_slice(), first.as_mut_slice().range(0, out_numel));
+    copy_cast(result.as_slice(), first.range(0, out_numel));
     Ok(())
 }
 
@@ -601,12 +626,19 @@ pub fn run_arg(
     let perm: Vec<usize> = (0..rank).filter(|&a| a != axis).chain([axis]).collect();
     let snaps = source::snapshots(
         launch,
-        inputs,
-        outputs,
+        &source::ins(inputs),
+        &source::views(outputs),
         |_| AliasPolicy::Snapshot,
         Some(&perm),
     );
-    let srcs = source::build(kernel, launch, inputs, &snaps, outputs, Some(&perm))?;
+    let srcs = source::build(
+        kernel,
+        launch,
+        &source::ins(inputs),
+        &snaps,
+        &source::views(outputs),
+        Some(&perm),
+    )?;
     let numel = launch.space.numel();
     let mut interp = Interp::new(program, &srcs, None, launch.scalars, numel)?;
     let mut idx = vec![0i64; out_numel];

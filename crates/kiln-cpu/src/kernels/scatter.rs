@@ -55,8 +55,21 @@ pub fn scatter_add(
     }
     let numel = launch.space.numel();
     check_outputs(outputs, 1, numel)?;
-    let snaps = source::snapshots(launch, inputs, outputs, |_| AliasPolicy::Snapshot, None);
-    let srcs = source::build(kernel, launch, inputs, &snaps, outputs, None)?;
+    let snaps = source::snapshots(
+        launch,
+        &source::ins(inputs),
+        &source::views(outputs),
+        |_| AliasPolicy::Snapshot,
+        None,
+    );
+    let srcs = source::build(
+        kernel,
+        launch,
+        &source::ins(inputs),
+        &snaps,
+        &source::views(outputs),
+        None,
+    )?;
     let upd: TypedVec = srcs[0].materialize(&[]);
     let raw = srcs[1].materialize(&[]);
     let mut idx = vec![0i64; raw.len()];
