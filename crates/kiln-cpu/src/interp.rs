@@ -396,20 +396,26 @@ impl<'p> Interp<'p> {
     }
 
     /// Lets [`Interp::eval`] compute result `j` straight into `outs[j]` (saving the copy
-    /// out of its register) where that is safe: no source reads an output in place (every
-    /// load of a block must precede every store), the result is computed by an
+    /// out of its register) where that is safe: the step comes after every load of a source
+    /// that reads an output in place (a block's in-place loads must precede its stores; an
+    /// in-place `x / s` still stores directly), the result is computed by an
     /// unary/binary/`where`/cast step of the output's dtype with no conversion, no later
     /// instruction reads it, and no other result is the same value. Results for which it
     /// returns true must not be copied out by the caller.
     pub fn store_results(&mut self, srcs: &[Src<'_>], outs: &[TSliceMut<'_>]) {
         self.stores.clear();
-        if srcs
-            .iter()
-            .any(|s| matches!(s.kind, crate::source::SrcKind::Alias(_)))
-        {
-            return;
-        }
         let insts = &self.program.insts;
+        // Steps before this one load every aliased source.
+        let after_aliases = self
+            .steps
+            .iter()
+            .rposition(|st| match insts[st.inst].op {
+                InstOp::Load(x) => srcs
+                    .get(x as usize)
+                    .is_none_or(|src| matches!(src.kind, crate::source::SrcKind::Alias(_))),
+                _ => false,
+            })
+            .map_or(0, |p| p + 1);
         let results = &self.program.results;
         for (j, &r) in results.iter().enumerate() {
             let r = r as usize;
@@ -432,6 +438,7 @@ impl<'p> Interp<'p> {
                 .steps
                 .iter()
                 .position(|st| st.inst == r && st.tmp.is_none())
+                .filter(|&si| si >= after_aliases)
             {
                 self.stores.push((si, j));
             }

@@ -230,6 +230,46 @@ fn in_place_over_a_dead_input_across_blocks() {
     check(pb, &[&want], 0.0);
 }
 
+/// A kernel with two results, the first written in place over an input that only the
+/// second reads: the first result's step comes before that input's load, so it must not
+/// be stored straight into the output (the load would then read the new values).
+#[test]
+fn a_result_computed_before_an_in_place_load_is_not_stored_early() {
+    let n = 3000; // crosses blocks
+    let (xd, yd) = (f32s(n, 12), f32s(n, 13));
+    let mut pb = Pb::new();
+    let x = pb.param(xd.clone(), &[n], &[]);
+    let mut p = P::new();
+    let l = p.load(0, DType::F32);
+    let r = p.un(UnaryOp::Neg, l);
+    let t = pb.kernel(ew(p.done(&[r])), &[n], vec![x], &[(DType::F32, &[n])])[0];
+    let ti = pb.slot(t, &[]);
+    let y = pb.param(yd.clone(), &[n], &[]);
+    // r0 = y + y (in place over t), r1 = t * t
+    let mut p = P::new();
+    let a = p.load(0, DType::F32);
+    let r0 = p.bin(BinaryOp::Add, a, a);
+    let b = p.load(1, DType::F32);
+    let r1 = p.bin(BinaryOp::Mul, b, b);
+    let s0 = pb.kernel_over(
+        ew(p.done(&[r0, r1])),
+        &[n],
+        vec![y, ti],
+        (DType::F32, &[n]),
+        t,
+    );
+    let s1 = pb.new_slot(DType::F32, &[n], None);
+    pb.plan.kernels[1].outputs.push(s1);
+    pb.output(s0);
+    pb.output(s1);
+
+    let yn = node(yd, &[n]);
+    let want0 = build::binary(BinaryOp::Add, &yn, &yn).unwrap();
+    let tn = build::unary(UnaryOp::Neg, &node(xd, &[n])).unwrap();
+    let want1 = build::binary(BinaryOp::Mul, &tn, &tn).unwrap();
+    check(pb, &[&want0, &want1], 0.0);
+}
+
 #[test]
 fn iota_and_random_sources_through_views() {
     let mut pb = Pb::new();

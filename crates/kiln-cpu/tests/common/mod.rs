@@ -126,7 +126,7 @@ impl Pb {
         }
     }
 
-    fn new_slot(&mut self, dtype: DType, dims: &[usize], buffer: Option<u32>) -> u32 {
+    pub fn new_slot(&mut self, dtype: DType, dims: &[usize], buffer: Option<u32>) -> u32 {
         let shape = self.s(dims);
         let s = self.plan.slots.len() as u32;
         let buffer = buffer.unwrap_or_else(|| {
