@@ -9,7 +9,7 @@
 //! row, which is the kernels run one after another. Depends on [`super::elementwise`],
 //! [`super::reduce`], [`crate::source`], [`crate::typed`], `kiln-compiler`.
 
-use super::elementwise::{self, CHUNK, PAR_MIN};
+use super::elementwise::{self, PAR_MIN};
 use super::reduce;
 use crate::buffer::CpuBuffer;
 use crate::source::In;
@@ -21,8 +21,10 @@ use rayon::prelude::*;
 
 /// Bytes of the rows of one block, summed over every buffer and input the group's kernels
 /// touch: what should stay in a core's L2 cache (2 MiB on the benchmark machine) between
-/// the group's kernels.
-pub const BLOCK_BYTES: usize = 512 << 10;
+/// the group's kernels. Row softmax of 4096×1024 f32 (`benches/src/bin` scratch timing,
+/// two runs each): 128 KiB 5.65 ms, 256 KiB 4.6–4.9, 512 KiB 4.2–4.3, 768 KiB 4.2,
+/// 1 MiB 4.3–4.6 — smaller blocks pay each kernel's set-up (~1.5 µs) more often.
+pub const BLOCK_BYTES: usize = 768 << 10;
 
 /// Runs a row group (see [`kiln_compiler::Backend::launch_group`]).
 pub fn run(
@@ -46,8 +48,9 @@ pub fn run(
             }
         }
     }
+    // Blocks below the kernels' parallel threshold: each runs on one thread.
     let block = (BLOCK_BYTES / row_bytes.max(1))
-        .min(CHUNK / row_positions.max(1))
+        .min((PAR_MIN - 1) / row_positions.max(1))
         .max(1);
     let blocked = rows >= 2 * block && rows * row_positions >= PAR_MIN;
     let block = if blocked { block } else { rows };
