@@ -70,6 +70,12 @@ pub struct Interp<'p> {
     /// `(step, j)`: the step computes result `j` straight into output `j`'s block (see
     /// [`Interp::store_results`]) instead of a register copied out afterwards.
     stores: SmallVec<[(usize, usize); 2]>,
+    /// Per source: positions per run of one repeated value (its walk's innermost dimension
+    /// when that is broadcast, else 1). A block inside one such run loads one value.
+    spans: Vec<usize>,
+    /// Per value, for the current block: its register holds one value in element 0 that
+    /// stands for every position (a *uniform* load, see [`Interp::eval`]).
+    uniform: Vec<bool>,
 }
 
 impl<'p> Interp<'p> {
@@ -273,6 +279,16 @@ impl<'p> Interp<'p> {
             scalars_filled: false,
             outs_base: 0,
             stores: SmallVec::new(),
+            spans: srcs
+                .iter()
+                .map(|src| match (src.kind, src.walk.strides.last()) {
+                    (crate::source::SrcKind::Data(_), Some(0)) => {
+                        src.walk.shape.last().copied().unwrap_or(1)
+                    }
+                    _ => 1,
+                })
+                .collect(),
+            uniform: vec![false; insts.len()],
         })
     }
 
@@ -299,6 +315,10 @@ impl<'p> Interp<'p> {
                 }
                 continue;
             }
+            self.uniform[inst] = false;
+            if !self.uses_uniform(step) {
+                self.materialize_operands(step, n);
+            }
             if let Some(&(_, j)) = self.stores.iter().find(|&&(st, _)| st == si) {
                 // Straight into the output block (no tmp: the dtypes agree).
                 let base = start - self.outs_base;
@@ -314,6 +334,12 @@ impl<'p> Interp<'p> {
                         _ => self.acc.expect("checked in new"),
                     };
                     let src = &srcs[s];
+                    // A block inside one run of a repeated value (a per-row broadcast value)
+                    // loads that value once; see `uses_uniform`.
+                    let span = self.spans[s];
+                    let uniform = n > 1 && span > 1 && start / span == (start + n - 1) / span;
+                    let m = if uniform { 1 } else { n };
+                    self.uniform[inst] = uniform;
                     let offset = match src.kind {
                         // Aliased inputs are contiguous from 0 over the whole output; `outs`
                         // may be a chunk of it starting at `outs_base`.
@@ -326,7 +352,7 @@ impl<'p> Interp<'p> {
                         &src.walk,
                         offset,
                         start,
-                        dst.as_mut_slice().range(0, n),
+                        dst.as_mut_slice().range(0, m),
                         outs,
                     );
                     Ok(())
@@ -334,15 +360,70 @@ impl<'p> Interp<'p> {
                 _ => self.compute(step, srcs, start, n, dst.as_mut_slice().range(0, n)),
             };
             if tmp.is_some() {
+                let m = if self.uniform[inst] { 1 } else { n };
                 let mut o = std::mem::take(&mut self.regs[out]);
-                copy_cast(dst.as_slice().range(0, n), o.as_mut_slice().range(0, n));
+                copy_cast(dst.as_slice().range(0, m), o.as_mut_slice().range(0, m));
                 self.regs[out] = o;
             }
             self.regs[target] = dst;
             res?;
         }
         self.scalars_filled = true;
+        // Results are read over the whole block.
+        for j in 0..self.program.results.len() {
+            let r = self.program.results[j] as usize;
+            if self.uniform[r] {
+                self.materialize(r, n);
+            }
+        }
         Ok(())
+    }
+
+    /// Whether `step` reads its uniform operand (if any) as one value: a float `+ - * /`
+    /// of exactly one uniform operand ([`ops::binary_uniform`]). Other steps read every
+    /// operand over the whole block ([`Interp::materialize_operands`]).
+    fn uses_uniform(&self, step: Step) -> bool {
+        let inst = &self.program.insts[step.inst];
+        match inst.op {
+            InstOp::Binary(op, a, b) => {
+                step.pair.is_none()
+                    && step.tmp.is_none()
+                    && self.uniform[a as usize] != self.uniform[b as usize]
+                    && ops::uniform_ok(op, inst.dtype)
+            }
+            _ => false,
+        }
+    }
+
+    /// Repeats the uniform operands of `step` (and of the instruction it fuses) over the
+    /// block.
+    fn materialize_operands(&mut self, step: Step, n: usize) {
+        let insts = &self.program.insts;
+        let fused = step
+            .pair
+            .into_iter()
+            .flat_map(|(f, _)| operands(&insts[f].op));
+        let reads: SmallVec<[u32; 6]> = operands(&insts[step.inst].op).chain(fused).collect();
+        for v in reads {
+            if self.uniform[v as usize] {
+                self.materialize(v as usize, n);
+            }
+        }
+    }
+
+    /// Repeats uniform value `v`'s element 0 over positions `0..n` of its register.
+    fn materialize(&mut self, v: usize, n: usize) {
+        use crate::typed::with_variant;
+        if let Loc::Reg(r) = self.locs[v] {
+            let mut whole = self.regs[r].as_mut_slice();
+            let reg = whole.range(0, n);
+            with_variant!(reg, TSliceMut, x => {
+                if let Some((first, rest)) = x.split_first_mut() {
+                    rest.fill(*first);
+                }
+            });
+        }
+        self.uniform[v] = false;
     }
 
     /// Evaluates a unary, binary, `where` or cast instruction over the block into `dst`
@@ -373,6 +454,17 @@ impl<'p> Interp<'p> {
         }
         match *op {
             InstOp::Unary(uop, x) => ops::unary(uop, self.value(x, srcs, start, n), dst),
+            InstOp::Binary(bop, a, b) if self.uses_uniform(step) => {
+                let left = self.uniform[a as usize];
+                let (x, s) = if left { (b, a) } else { (a, b) };
+                ops::binary_uniform(
+                    bop,
+                    left,
+                    self.value(x, srcs, start, n),
+                    self.value(s, srcs, start, 1),
+                    dst,
+                )
+            }
             InstOp::Binary(bop, a, b) => ops::binary(
                 bop,
                 self.value(a, srcs, start, n),

@@ -477,6 +477,46 @@ pub fn fuses(first: BinaryOp, second: BinaryOp, dtype: DType) -> bool {
     arith(first) && arith(second) && matches!(dtype, DType::F32 | DType::F64)
 }
 
+/// Whether [`binary_uniform`] computes `op` over `dtype` (float `+ - * /`).
+pub fn uniform_ok(op: BinaryOp, dtype: DType) -> bool {
+    matches!(dtype, DType::F32 | DType::F64)
+        && matches!(
+            op,
+            BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div
+        )
+}
+
+/// `out[i] = op(x[i], s[0])`, or `op(s[0], x[i])` when `left`, for the ops and dtypes of
+/// [`uniform_ok`]: a binary op whose other operand is one value over the block (a per-row
+/// broadcast value), with the same roundings as [`binary`] over the repeated value.
+pub fn binary_uniform(
+    op: BinaryOp,
+    left: bool,
+    x: TSlice<'_>,
+    s: TSlice<'_>,
+    out: TSliceMut<'_>,
+) -> Result<()> {
+    let n = x.len();
+    let done = match (x, s) {
+        (TSlice::F32(x), TSlice::F32(&[s, ..])) => {
+            crate::vmath::binary_uniform_f32(op, left, x, s, out_mut(out, n))
+        }
+        (TSlice::F64(x), TSlice::F64(&[s, ..])) => {
+            crate::vmath::binary_uniform_f64(op, left, x, s, out_mut(out, n))
+        }
+        _ => false,
+    };
+    if done {
+        Ok(())
+    } else {
+        Err(crate::walk::internal(format!(
+            "{} with a uniform operand of {} elements: not supported for these operands",
+            op.name(),
+            s.len()
+        )))
+    }
+}
+
 /// `out = second(first(x, y), z)` (`left`) or `second(z, first(x, y))` in one pass, for
 /// ops and a dtype [`fuses`] accepts; equal bit for bit to two [`binary`] calls.
 pub fn binary2(

@@ -383,6 +383,64 @@ versions! {
     pub fn binary_f64 = binary_f64_generic(op: BinaryOp, x: &[f64], y: &[f64], o: &mut [f64]) -> bool
 }
 
+/// `o[i] = op(x[i], s)` (`left`: `op(s, x[i])`) for `+ - * /`: an operand that is one value
+/// over the whole run (a per-row broadcast value) used without filling a register with it.
+/// Each element rounds exactly as [`binary_f32`] with that value repeated.
+macro_rules! binary_uniform_generic {
+    ($name:ident, $t:ty) => {
+        #[inline(always)]
+        fn $name<const F: bool>(op: BinaryOp, left: bool, x: &[$t], s: $t, o: &mut [$t]) -> bool {
+            use BinaryOp::*;
+            let n = x.len().min(o.len());
+            let (x, o) = (&x[..n], &mut o[..n]);
+            macro_rules! each {
+                ($f:expr) => {
+                    for i in 0..n {
+                        o[i] = $f(x[i]);
+                    }
+                };
+            }
+            match (op, left) {
+                (Add, false) => each!(|a| a + s),
+                (Add, true) => each!(|a| s + a),
+                (Sub, false) => each!(|a| a - s),
+                (Sub, true) => each!(|a| s - a),
+                (Mul, false) => each!(|a| a * s),
+                (Mul, true) => each!(|a| s * a),
+                (Div, false) => each!(|a| a / s),
+                (Div, true) => each!(|a| s / a),
+                _ => return false,
+            }
+            true
+        }
+    };
+}
+binary_uniform_generic!(binary_uniform_f32_generic, f32);
+binary_uniform_generic!(binary_uniform_f64_generic, f64);
+
+versions! {
+    /// `o[i] = op(x[i], s)`, or `op(s, x[i])` when `left`, for `+ - * /` (false otherwise):
+    /// bit-identical to [`binary_f32`] with `s` repeated, without the repeated operand.
+    ///
+    /// ```
+    /// let mut o = [0.0f32; 2];
+    /// assert!(kiln_cpu::vmath::binary_uniform_f32(kiln_ir::BinaryOp::Sub, true, &[2.0, 3.0], 10.0, &mut o));
+    /// assert_eq!(o, [8.0, 7.0]);
+    /// ```
+    pub fn binary_uniform_f32 = binary_uniform_f32_generic(op: BinaryOp, left: bool, x: &[f32], s: f32, o: &mut [f32]) -> bool
+}
+
+versions! {
+    /// [`binary_uniform_f32`] for `f64`.
+    ///
+    /// ```
+    /// let mut o = [0.0f64; 1];
+    /// assert!(kiln_cpu::vmath::binary_uniform_f64(kiln_ir::BinaryOp::Div, false, &[3.0], 2.0, &mut o));
+    /// assert_eq!(o, [1.5]);
+    /// ```
+    pub fn binary_uniform_f64 = binary_uniform_f64_generic(op: BinaryOp, left: bool, x: &[f64], s: f64, o: &mut [f64]) -> bool
+}
+
 #[inline(always)]
 fn zip3_map<T: Copy>(x: &[T], y: &[T], z: &[T], o: &mut [T], f: impl Fn(T, T, T) -> T) {
     let n = x.len().min(y.len()).min(z.len()).min(o.len());

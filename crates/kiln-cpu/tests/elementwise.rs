@@ -270,6 +270,72 @@ fn a_result_computed_before_an_in_place_load_is_not_stored_early() {
     check(pb, &[&want0, &want1], 0.0);
 }
 
+/// A per-row broadcast value (`[r, 1]` viewed as `[r, c]`) is one value over a block that
+/// lies inside a row: the interpreter then loads it once and runs `+ - * /` against it
+/// without a filled register, and repeats it over the block for every other use (a `where`,
+/// a unary op, a fused pair, a result). Rows longer than a block, rows that blocks straddle,
+/// and rows shorter than the vectors; f32 and f64.
+#[test]
+fn per_row_broadcast_values_as_uniform_operands() {
+    for dtype in [DType::F32, DType::F64] {
+        for (rows, cols) in [(3usize, 2500usize), (5, 1000), (700, 3), (2, 1024)] {
+            let dims = [rows, cols];
+            let (xd, md) = (f32s(rows * cols, 14), f32s(rows, 15));
+            let (xd, md) = if dtype == DType::F64 {
+                (to_f64(&xd), to_f64(&md))
+            } else {
+                (xd, md)
+            };
+            let mut pb = Pb::new();
+            let x = pb.param(xd.clone(), &dims, &[]);
+            let m = pb.param(md.clone(), &[rows, 1], &[VOp::Broadcast(dims.to_vec())]);
+            let mut p = P::new();
+            let lx = p.load(0, dtype);
+            let lm = p.load(1, dtype);
+            let mut results = Vec::new();
+            for op in [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div] {
+                results.push(p.bin(op, lx, lm));
+                results.push(p.bin(op, lm, lx));
+            }
+            let gt = p.bin(BinaryOp::Gt, lx, lm);
+            results.push(p.wh(gt, lm, lx));
+            results.push(p.un(UnaryOp::Neg, lm));
+            let xm = p.bin(BinaryOp::Mul, lx, lm);
+            results.push(p.bin(BinaryOp::Add, xm, lm)); // a fused pair reading m twice
+            results.push(lm);
+            let outs: Vec<(DType, &[usize])> = results.iter().map(|_| (dtype, &dims[..])).collect();
+            let slots = pb.kernel(ew(p.done(&results)), &dims, vec![x, m], &outs);
+            for s in slots {
+                pb.output(s);
+            }
+
+            let xn = node(xd, &dims);
+            let mn = build::broadcast_to(&node(md, &[rows, 1]), &Shape::from(dims)).unwrap();
+            let mut want = Vec::new();
+            for op in [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div] {
+                want.push(build::binary(op, &xn, &mn).unwrap());
+                want.push(build::binary(op, &mn, &xn).unwrap());
+            }
+            let gt = build::binary(BinaryOp::Gt, &xn, &mn).unwrap();
+            want.push(build::where_(&gt, &mn, &xn).unwrap());
+            want.push(build::unary(UnaryOp::Neg, &mn).unwrap());
+            let xm = build::binary(BinaryOp::Mul, &xn, &mn).unwrap();
+            want.push(build::binary(BinaryOp::Add, &xm, &mn).unwrap());
+            want.push(mn.clone());
+            let roots: Vec<&kiln_ir::NodeRef> = want.iter().collect();
+            check(pb, &roots, 0.0);
+        }
+    }
+}
+
+fn to_f64(d: &HostData) -> HostData {
+    HostData::from(
+        (0..d.len())
+            .map(|i| d.get(i).as_f64())
+            .collect::<Vec<f64>>(),
+    )
+}
+
 #[test]
 fn iota_and_random_sources_through_views() {
     let mut pb = Pb::new();

@@ -578,3 +578,83 @@ fn fused_dot_equals_the_sum_of_rounded_products_at_every_isa_level() {
         }
     }
 }
+
+/// `binary_uniform_*` (an operand that is one value over the run) rounds every element as
+/// the plain IEEE operation does, on either side, for special values and lengths around the
+/// vector widths, and writes nothing past its inputs.
+#[test]
+fn uniform_operand_ops_are_ieee_at_every_isa_level() {
+    use kiln_ir::BinaryOp::{self, *};
+    let vals = [
+        0.0f64,
+        -0.0,
+        1.5,
+        -3.25,
+        1e-310,
+        f64::MAX,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::NAN,
+        0.1,
+    ];
+    let ieee = |op: BinaryOp, a: f64, b: f64| match op {
+        Add => a + b,
+        Sub => a - b,
+        Mul => a * b,
+        _ => a / b,
+    };
+    let same = |g: f64, w: f64| g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan());
+    for level in Isa::ALL {
+        if level > detected_isa() {
+            continue;
+        }
+        assert_eq!(set_isa(level), level);
+        for op in [Add, Sub, Mul, Div] {
+            for left in [false, true] {
+                for &s in &vals {
+                    for n in [0usize, 1, 7, 16, 17, 100] {
+                        let x: Vec<f64> = (0..n).map(|i| vals[(i * 3 + n) % vals.len()]).collect();
+                        let mut o = vec![7.0f64; n + 1];
+                        assert!(vmath::binary_uniform_f64(op, left, &x, s, &mut o[..n]));
+                        let x32: Vec<f32> = x.iter().map(|&v| v as f32).collect();
+                        let mut o32 = vec![7.0f32; n + 1];
+                        assert!(vmath::binary_uniform_f32(
+                            op,
+                            left,
+                            &x32,
+                            s as f32,
+                            &mut o32[..n]
+                        ));
+                        for i in 0..n {
+                            let (a, b) = if left { (s, x[i]) } else { (x[i], s) };
+                            let w = ieee(op, a, b);
+                            assert!(
+                                same(o[i], w),
+                                "f64 {op:?} left {left} at {level:?}: {a} {b}"
+                            );
+                            let (a, b) = if left {
+                                (s as f32, x32[i])
+                            } else {
+                                (x32[i], s as f32)
+                            };
+                            let w = ieee(op, a as f64, b as f64) as f32;
+                            assert!(
+                                same(o32[i] as f64, w as f64),
+                                "f32 {op:?} left {left} at {level:?}: {a} {b}"
+                            );
+                        }
+                        assert_eq!(o[n], 7.0);
+                        assert_eq!(o32[n], 7.0);
+                    }
+                }
+            }
+        }
+        assert!(!vmath::binary_uniform_f32(
+            Maximum,
+            false,
+            &[1.0],
+            2.0,
+            &mut [0.0]
+        ));
+    }
+}
