@@ -531,6 +531,56 @@ fn widening_accumulation_is_exact_at_every_isa_level() {
 }
 
 #[test]
+fn sum_f32_follows_its_documented_association_at_every_isa_level() {
+    // sum_f32 keeps 32 f64 lane partials (element i goes to lane i % 32 while whole sets of 32
+    // remain), combines them pairwise (lane k += lane k + w for w = 16, 8, 4, 2, 1), then adds
+    // the remainder in order. A scalar model of exactly that must agree bit for bit at every
+    // ISA level, and the result must be within 1e-12 relative of a plain f64 sum.
+    fn model(xs: &[f32]) -> f64 {
+        let whole = xs.len() / 32 * 32;
+        let mut p = [0.0f64; 32];
+        for (i, &x) in xs[..whole].iter().enumerate() {
+            p[i % 32] += x as f64;
+        }
+        let mut w = 32;
+        while w > 1 {
+            w /= 2;
+            for k in 0..w {
+                p[k] += p[k + w];
+            }
+        }
+        xs[whole..].iter().fold(p[0], |s, &x| s + x as f64)
+    }
+    for level in Isa::ALL {
+        if level > detected_isa() {
+            continue;
+        }
+        assert_eq!(set_isa(level), level);
+        for n in [0usize, 1, 15, 31, 32, 33, 63, 64, 65, 100, 1024, 4103] {
+            // Exponents spread over 2^-40..2^40, so f64 additions round and the order shows.
+            let xs: Vec<f32> = (0..n)
+                .map(|i| {
+                    let m = ((i * 7919) % 1009) as f32 + 0.5;
+                    m * 2f32.powi((i * 31 % 81) as i32 - 40)
+                })
+                .collect();
+            let got = vmath::sum_f32(&xs);
+            let want = model(&xs);
+            assert_eq!(
+                got.to_bits(),
+                want.to_bits(),
+                "{level:?} n {n}: {got} vs {want}"
+            );
+            let plain: f64 = xs.iter().map(|&x| x as f64).sum();
+            assert!(
+                (got - plain).abs() <= 1e-12 * plain.abs(),
+                "{level:?} n {n}: {got} vs {plain}"
+            );
+        }
+    }
+}
+
+#[test]
 fn fused_dot_equals_the_sum_of_rounded_products_at_every_isa_level() {
     // dot_f32(x, y) must give sum_f32 of the f32 products bit for bit (same lanes, same
     // association), with infinities, NaN, products that overflow or underflow, and lengths
@@ -540,7 +590,9 @@ fn fused_dot_equals_the_sum_of_rounded_products_at_every_isa_level() {
             continue;
         }
         assert_eq!(set_isa(level), level);
-        for n in [0usize, 1, 15, 16, 17, 31, 32, 33, 100, 1024, 1037] {
+        for n in [
+            0usize, 1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 1024, 1037,
+        ] {
             for case in 0..4usize {
                 let mut xs: Vec<f32> = (0..n)
                     .map(|i| ((i * 7919 + case * 13) % 1009) as f32 / 50.0 - 10.0)
