@@ -62,6 +62,9 @@ pub struct Launch<'a> {
     /// The symbol values (`Bindings::dims`): resolve any relative shape of the plan, e.g. an
     /// `Iota`/`Random` input's base shape, with `kiln_ir::resolve_shape(shape, dims)`.
     pub dims: &'a [usize],
+    /// Nothing of the plan reads this kernel's outputs after it ([`Plan::unread_outputs`]):
+    /// the backend may write them with non-temporal stores when they are large.
+    pub unread_outputs: bool,
 }
 
 /// A device that can execute plan kernels.
@@ -302,6 +305,7 @@ fn run_kernels<B: Backend>(
             scalars,
             seeds: &bindings.seeds,
             dims,
+            unread_outputs: plan.unread_outputs.get(ki).copied().unwrap_or(false),
         };
         let result = {
             let args: Vec<Arg<'_, B::Buffer>> = kernel
@@ -420,6 +424,7 @@ fn run_group<B: Backend>(
                     scalars,
                     seeds: &bindings.seeds,
                     dims,
+                    unread_outputs: false,
                 },
                 inputs: kernel
                     .inputs

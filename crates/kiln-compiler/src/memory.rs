@@ -76,7 +76,23 @@ pub fn plan_memory(plan: &mut Plan, hint: &[usize]) {
     for o in &plan.outputs {
         if let OutputRef::Slot(s) = o {
             is_output[*s as usize] = true;
-            last[*s as usize] = n_k;
+        }
+    }
+    // `last[s] == k` here: no kernel after `k` reads `s`.
+    plan.unread_outputs = plan
+        .kernels
+        .iter()
+        .enumerate()
+        .map(|(k, kernel)| {
+            kernel
+                .outputs
+                .iter()
+                .all(|&s| is_output[s as usize] && last[s as usize] == k)
+        })
+        .collect();
+    for (s, out) in is_output.iter().enumerate() {
+        if *out {
+            last[s] = n_k;
         }
     }
     let size = |plan: &Plan, s: u32| resolve_shape(&plan.slots[s as usize].shape, hint).numel();

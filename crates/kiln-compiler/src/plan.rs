@@ -443,6 +443,10 @@ pub struct Plan {
     /// Row groups, in kernel order and disjoint ([`crate::group::RowGroup`]): only for a
     /// [`crate::Target`] with `row_groups`.
     pub groups: Vec<crate::group::RowGroup>,
+    /// Per kernel (empty: none): true when every slot the kernel writes is a plan output that
+    /// no later kernel reads, so a backend may write it past its caches (non-temporal
+    /// stores): nothing of this plan reads it back soon. Set by the memory plan.
+    pub unread_outputs: Vec<bool>,
 }
 
 impl Plan {

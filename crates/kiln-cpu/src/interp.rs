@@ -70,6 +70,9 @@ pub struct Interp<'p> {
     /// `(step, j)`: the step computes result `j` straight into output `j`'s block (see
     /// [`Interp::store_results`]) instead of a register copied out afterwards.
     stores: SmallVec<[(usize, usize); 2]>,
+    /// Results go out through a streaming [`crate::stream::Writer`] (set by
+    /// [`Interp::set_streaming`]): no direct stores.
+    streaming: bool,
     /// Per source: positions per run of one repeated value (its walk's innermost dimension
     /// when that is broadcast, else 1). A block inside one such run loads one value.
     spans: Vec<usize>,
@@ -279,6 +282,7 @@ impl<'p> Interp<'p> {
             scalars_filled: false,
             outs_base: 0,
             stores: SmallVec::new(),
+            streaming: false,
             spans: srcs
                 .iter()
                 .map(|src| match (src.kind, src.walk.strides.last()) {
@@ -496,6 +500,9 @@ impl<'p> Interp<'p> {
     /// returns true must not be copied out by the caller.
     pub fn store_results(&mut self, srcs: &[Src<'_>], outs: &[TSliceMut<'_>]) {
         self.stores.clear();
+        if self.streaming {
+            return;
+        }
         let insts = &self.program.insts;
         // Steps before this one load every aliased source.
         let after_aliases = self
@@ -535,6 +542,22 @@ impl<'p> Interp<'p> {
                 self.stores.push((si, j));
             }
         }
+    }
+
+    /// Streams the results out (non-temporal stores, see [`crate::stream`]) if `on` and no
+    /// source reads an output in place (an in-place load needs the outputs in
+    /// [`Interp::eval`]); returns whether it will.
+    pub fn set_streaming(&mut self, on: bool, srcs: &[Src<'_>]) -> bool {
+        self.streaming = on
+            && srcs
+                .iter()
+                .all(|s| !matches!(s.kind, crate::source::SrcKind::Alias(_)));
+        self.streaming
+    }
+
+    /// Whether results go out through a streaming writer ([`Interp::set_streaming`]).
+    pub fn streaming(&self) -> bool {
+        self.streaming
     }
 
     /// Whether [`Interp::eval`] writes result `j` into its output itself.

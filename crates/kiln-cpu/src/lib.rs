@@ -76,12 +76,16 @@ mod kernels;
 mod ops;
 mod simd;
 mod source;
+mod stream;
 mod typed;
 pub mod vmath;
 mod walk;
 
 pub use buffer::{BufferPool, CpuBuffer, PoolStats, DEFAULT_POOL_BYTES};
 pub use simd::{detected_isa, isa, set_isa, Isa};
+pub use stream::{
+    set_stream_min_bytes, stream_min_bytes, streamed_bytes, DEFAULT_STREAM_MIN_BYTES,
+};
 pub use typed::{Conv, Elem, TSlice, TSliceMut, TypedVec};
 
 use kiln_compiler::{Arg, Backend, Executor, GroupKernel, Kernel, KernelKind, Launch};

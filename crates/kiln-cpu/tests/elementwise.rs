@@ -682,7 +682,7 @@ fn fused_arithmetic_pairs_round_like_separate_ops() {
     let data = |seed: u64| -> Vec<f64> {
         let mut v = floats(n, seed);
         for (i, x) in v.iter_mut().enumerate() {
-            if (i as u64 + seed) % 7 == 0 {
+            if (i as u64 + seed).is_multiple_of(7) {
                 *x = specials[(i / 7 + seed as usize) % specials.len()];
             }
         }

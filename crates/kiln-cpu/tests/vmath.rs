@@ -422,7 +422,7 @@ fn fused_arithmetic_pairs_equal_two_separate_ops_at_every_isa_level() {
     let col = |seed: usize, n: usize| -> Vec<f64> {
         (0..n)
             .map(|i| {
-                if (i + seed) % 5 == 0 {
+                if (i + seed).is_multiple_of(5) {
                     specials[(i / 5 + seed) % specials.len()]
                 } else {
                     ((i * 7919 + seed * 104_729) % 2003) as f64 / 97.0 - 10.0

@@ -401,7 +401,7 @@ pub fn reshape(a: &NodeRef, dims: &[isize]) -> Result<NodeRef> {
     }
     let numel = a.shape().numel();
     if let Some(i) = infer {
-        if known == 0 || numel % known != 0 {
+        if known == 0 || !numel.is_multiple_of(known) {
             return Err(err(format!(
                 "the other dimensions multiply to {known}, which does not divide {numel}"
             )));

@@ -508,6 +508,7 @@ impl WgpuBackend {
             scalars: launch.scalars,
             seeds: launch.seeds,
             dims: launch.dims,
+            unread_outputs: false,
         };
         match self.launch(&copy, &l, &[Arg::Virtual], std::slice::from_mut(&mut buf)) {
             Ok(()) => Ok(buf),

@@ -57,9 +57,18 @@ pub fn run_io(
     let srcs = source::build(kernel, launch, inputs, &snaps, &views, None)?;
     drop(views);
     let mut interp = Interp::new(program, &srcs, None, launch.scalars, numel)?;
+    let out_bytes: usize = outs.iter().map(|o| o.len() * o.dtype().size_bytes()).sum();
+    let stream = interp.set_streaming(
+        launch.unread_outputs && out_bytes >= crate::stream::stream_min_bytes(),
+        &srcs,
+    );
     run_space(
         &mut interp,
-        || Interp::new(program, &srcs, None, launch.scalars, numel),
+        || {
+            let mut fresh = Interp::new(program, &srcs, None, launch.scalars, numel)?;
+            fresh.set_streaming(stream, &srcs);
+            Ok(fresh)
+        },
         &srcs,
         outs,
         numel,
@@ -148,6 +157,21 @@ pub fn run_blocks(
 ) -> Result<()> {
     interp.set_outs_base(start);
     interp.store_results(srcs, outs);
+    if interp.streaming() {
+        // No in-place sources (see `Interp::set_streaming`): `eval` needs no outputs.
+        let mut writer = crate::stream::Writer::new(outs, true);
+        let mut s = start;
+        while s < end {
+            let n = BLOCK.min(end - s);
+            source::prefetch(srcs, s + n, (s + 2 * n).min(end));
+            interp.eval(srcs, &mut [], s, n)?;
+            for j in 0..interp.results() {
+                writer.put(j, s - start, interp.result(j, srcs, s, n));
+            }
+            s += n;
+        }
+        return Ok(());
+    }
     let mut s = start;
     while s < end {
         let n = BLOCK.min(end - s);

@@ -168,6 +168,7 @@ fn run_rows(
         scalars: gk.launch.scalars,
         seeds: gk.launch.seeds,
         dims: gk.launch.dims,
+        unread_outputs: gk.launch.unread_outputs,
     };
     // The kernel's outputs (mutable pieces, in output order) and its reads of other pieces.
     let mut shared: Vec<Option<TSlice<'_>>> = vec![None; set.len()];
