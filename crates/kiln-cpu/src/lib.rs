@@ -28,6 +28,10 @@
 //!   independent (a row reduction and the kernels that read its result row by row: softmax,
 //!   layer norm); they run block of rows by block of rows, every kernel of the group over a
 //!   block before the next block, blocks in parallel, so intermediate rows stay in L2.
+//! * **Streamed outputs** (`stream.rs`): an elementwise kernel's outputs that nothing of the
+//!   plan reads back, 48 MiB or more in all, are written with AVX-512 non-temporal stores
+//!   (no read-for-ownership of the destination, inputs left in cache); smaller outputs stay
+//!   in cache for whatever reads them next ([`set_stream_min_bytes`]).
 //! * **Fresh memory**: large fresh buffers are advised `MADV_HUGEPAGE` before first touch
 //!   (fresh 4 KiB page faults cost as much as the work; see `docs/performance.md`).
 //!
