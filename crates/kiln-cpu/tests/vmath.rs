@@ -631,6 +631,107 @@ fn fused_dot_equals_the_sum_of_rounded_products_at_every_isa_level() {
     }
 }
 
+/// `x / s` with `s` uniform takes a reciprocal and corrects each quotient (Markstein) where
+/// the operands are in range: every quotient must still be the correctly rounded division,
+/// for dividends over the whole exponent range (zeros, subnormals, the range edges, NaN, ±∞)
+/// and divisors with awkward significands, inside and just outside the divisor range.
+#[test]
+fn uniform_division_is_correctly_rounded_at_every_isa_level() {
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut x32: Vec<f32> = (0..20_000).map(|_| f32::from_bits(next() as u32)).collect();
+    let mut x64: Vec<f64> = (0..20_000).map(|_| f64::from_bits(next())).collect();
+    // Dividends near the range edges (2^±100, 2^±900) and inside it, both signs.
+    for k in 0..4000 {
+        let e = [-101, -100, -99, 99, 100, 101, 0, -1][k % 8];
+        let m = 1.0 + (next() % 1_000_000) as f64 / 1e6;
+        let sign = if k % 3 == 0 { -1.0 } else { 1.0 };
+        x32.push((sign * m * 2f64.powi(e)) as f32);
+        let e = [-901, -900, -899, 899, 900, 901, 3, -7][k % 8];
+        x64.push(sign * m * 2f64.powi(e));
+    }
+    x32.extend([
+        0.0,
+        -0.0,
+        f32::NAN,
+        f32::INFINITY,
+        -f32::INFINITY,
+        1e-45,
+        f32::MAX,
+    ]);
+    x64.extend([
+        0.0,
+        -0.0,
+        f64::NAN,
+        f64::INFINITY,
+        -f64::INFINITY,
+        5e-324,
+        f64::MAX,
+    ]);
+    let divisors = [
+        1.0f64,
+        3.0,
+        7.0,
+        0.1,
+        -5.5,
+        1023.7,
+        1.0 - f64::EPSILON,
+        f32::from_bits(0x3fff_ffff) as f64,
+        f32::from_bits(0x3f80_0001) as f64,
+        2f64.powi(24),
+        2f64.powi(-24),
+        2f64.powi(24) * 1.5,
+        2f64.powi(-25),
+        2f64.powi(53),
+        2f64.powi(-53),
+        2f64.powi(54),
+        12_345.678,
+    ];
+    for level in Isa::ALL {
+        if level > detected_isa() {
+            continue;
+        }
+        assert_eq!(set_isa(level), level);
+        for &s in &divisors {
+            let mut o = vec![0.0f32; x32.len()];
+            assert!(vmath::binary_uniform_f32(
+                kiln_ir::BinaryOp::Div,
+                false,
+                &x32,
+                s as f32,
+                &mut o
+            ));
+            for (a, g) in x32.iter().zip(&o) {
+                let w = a / s as f32;
+                assert!(
+                    g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                    "f32 {a:e} / {s:e} at {level:?}: {g:e}, division gives {w:e}"
+                );
+            }
+            let mut o = vec![0.0f64; x64.len()];
+            assert!(vmath::binary_uniform_f64(
+                kiln_ir::BinaryOp::Div,
+                false,
+                &x64,
+                s,
+                &mut o
+            ));
+            for (a, g) in x64.iter().zip(&o) {
+                let w = a / s;
+                assert!(
+                    g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                    "f64 {a:e} / {s:e} at {level:?}: {g:e}, division gives {w:e}"
+                );
+            }
+        }
+    }
+}
+
 /// `binary_uniform_*` (an operand that is one value over the run) rounds every element as
 /// the plain IEEE operation does, on either side, for special values and lengths around the
 /// vector widths, and writes nothing past its inputs.
