@@ -10,7 +10,7 @@
 //!
 //! | function | method | max error (normal results) |
 //! |---|---|---|
-//! | `exp_f32` | Cephes `expf`: `n = round(x·log2 e)`, Cody–Waite `ln 2`, degree-6 polynomial, 2ⁿ in two steps (exact overflow to inf, one rounding into subnormals) | 2 ulp |
+//! | `exp_f32` | Cephes `expf`: `n = round(x·log2 e)`, Cody–Waite `ln 2`, degree-6 polynomial, 2ⁿ by an add to the exponent field where results are normal (the slice kernels patch the rest), in two steps elsewhere (exact overflow to inf, one rounding into subnormals) | 2 ulp |
 //! | `ln_f32` | Cephes `logf`: mantissa in [√½, √2), degree-9 polynomial; subnormal inputs prescaled by 2²³ | 2 ulp |
 //! | `tanh_f32` | odd polynomial for \|x\| < 0.625, else `1 − 2/(e^{2|x|}+1)` | 3 ulp |
 //! | `sigmoid_f32` | `e = exp(−|x|)`, `1/(1+e)` or `e/(1+e)` (no cancellation for x < 0) | 3 ulp |
@@ -50,23 +50,8 @@ fn fma64<const F: bool>(a: f64, b: f64, c: f64) -> f64 {
 /// ```
 #[inline(always)]
 pub fn exp_f32<const F: bool>(x: f32) -> f32 {
-    const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    const C1: f32 = 0.693_359_4;
-    const C2: f32 = -2.121_944_4e-4;
     let xc = x.clamp(-104.0, 89.0); // NaN stays NaN and is patched below
-    let t = fma::<F>(xc, LOG2E, MAGIC);
-    let n = t - MAGIC;
-    let e = (t.to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32);
-    let r = fma::<F>(n, -C1, xc);
-    let r = fma::<F>(n, -C2, r);
-    let mut p = 1.987_569_1e-4f32;
-    p = fma::<F>(p, r, 1.398_199_9e-3);
-    p = fma::<F>(p, r, 8.333_452e-3);
-    p = fma::<F>(p, r, 4.166_579_6e-2);
-    p = fma::<F>(p, r, 1.666_666_5e-1);
-    p = fma::<F>(p, r, 5.000_000_1e-1);
-    let y = fma::<F>(p, r * r, r) + 1.0;
+    let (y, e) = exp_core::<F>(xc);
     let e1 = e >> 1;
     let e2 = e - e1;
     let s1 = f32::from_bits(((e1 + 127) as u32) << 23);
@@ -77,6 +62,47 @@ pub fn exp_f32<const F: bool>(x: f32) -> f32 {
     } else {
         v
     }
+}
+
+/// `(y, n)` with e^x = y·2ⁿ, `y` in about [0.7, 1.42]: the reduction and polynomial of
+/// [`exp_f32`] for `|x| ≤ 104`.
+#[inline(always)]
+fn exp_core<const F: bool>(x: f32) -> (f32, i32) {
+    const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const C1: f32 = 0.693_359_4;
+    const C2: f32 = -2.121_944_4e-4;
+    let t = fma::<F>(x, LOG2E, MAGIC);
+    let n = t - MAGIC;
+    let e = (t.to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32);
+    let r = fma::<F>(n, -C1, x);
+    let r = fma::<F>(n, -C2, r);
+    let mut p = 1.987_569_1e-4f32;
+    p = fma::<F>(p, r, 1.398_199_9e-3);
+    p = fma::<F>(p, r, 8.333_452e-3);
+    p = fma::<F>(p, r, 4.166_579_6e-2);
+    p = fma::<F>(p, r, 1.666_666_5e-1);
+    p = fma::<F>(p, r, 5.000_000_1e-1);
+    (fma::<F>(p, r * r, r) + 1.0, e)
+}
+
+/// Inputs of [`exp_f32`] whose results are normal with room to spare: there [`exp_normal`]
+/// scales by 2ⁿ with one integer add to the exponent field.
+const EXP_NORMAL: (f32, f32) = (-86.0, 88.0);
+
+/// [`exp_f32`] for `x` in [`EXP_NORMAL`] (bit-identical there: 2ⁿ scaling is exact for normal
+/// results), without the clamp, the NaN test and the two-step scaling; any other input gives
+/// an unspecified value (the slice kernels patch those elements).
+#[inline(always)]
+fn exp_normal<const F: bool>(x: f32) -> f32 {
+    let (y, e) = exp_core::<F>(x);
+    f32::from_bits((y.to_bits() as i32).wrapping_add(e << 23) as u32)
+}
+
+/// Whether [`exp_normal`] is exact for `x` (false for NaN).
+#[inline(always)]
+fn exp_normal_ok(x: f32) -> bool {
+    x >= EXP_NORMAL.0 && x <= EXP_NORMAL.1
 }
 
 /// ln x (see the module docs for the error bound).
@@ -136,9 +162,13 @@ pub fn tanh_f32<const F: bool>(x: f32) -> f32 {
     p = fma::<F>(p, z, 1.333_144_2e-1);
     p = fma::<F>(p, z, -3.333_328_2e-1);
     let small = fma::<F>(p * z, ax, ax);
-    let e = exp_f32::<F>(ax + ax);
+    // For |x| ≥ 10, 1 − 2/(e^{2|x|}+1) rounds to 1 whatever e^{2|x|} is: clamping the
+    // argument to 20 keeps it in `exp_normal`'s range (bit-identical to `exp_f32` there).
+    let a2 = ax + ax;
+    let e = exp_normal::<F>(if a2 > 20.0 { 20.0 } else { a2 });
     let big = 1.0 - 2.0 / (e + 1.0);
-    let r = if ax < 0.625 { small } else { big };
+    // NaN takes `small`, which is NaN.
+    let r = if ax >= 0.625 { big } else { small };
     r.copysign(x)
 }
 
@@ -150,6 +180,18 @@ pub fn tanh_f32<const F: bool>(x: f32) -> f32 {
 #[inline(always)]
 pub fn sigmoid_f32<const F: bool>(x: f32) -> f32 {
     let e = exp_f32::<F>(-x.abs());
+    let s = 1.0 / (1.0 + e);
+    if x >= 0.0 {
+        s
+    } else {
+        e * s
+    }
+}
+
+/// [`sigmoid_f32`] through [`exp_normal`]: bit-identical where `−|x|` is in its range.
+#[inline(always)]
+fn sigmoid_normal<const F: bool>(x: f32) -> f32 {
+    let e = exp_normal::<F>(-x.abs());
     let s = 1.0 / (1.0 + e);
     if x >= 0.0 {
         s
@@ -229,6 +271,33 @@ pub fn cos_f32<const F: bool>(x: f32) -> f32 {
     sincos::<F, true>(x)
 }
 
+/// `o[i] = fast(x[i])`, then `o[i] = exact(x[i])` where `!ok(x[i])`: one branch-free pass
+/// (it vectorises) that also notes whether any element needs the exact function, and a patch
+/// loop only if one does.
+#[inline(always)]
+fn patched(
+    x: &[f32],
+    o: &mut [f32],
+    fast: impl Fn(f32) -> f32,
+    ok: impl Fn(f32) -> bool,
+    exact: impl Fn(f32) -> f32,
+) {
+    let n = x.len().min(o.len());
+    let (x, o) = (&x[..n], &mut o[..n]);
+    let mut outside = false;
+    for i in 0..n {
+        o[i] = fast(x[i]);
+        outside |= !ok(x[i]);
+    }
+    if outside {
+        for i in 0..n {
+            if !ok(x[i]) {
+                o[i] = exact(x[i]);
+            }
+        }
+    }
+}
+
 #[inline(always)]
 fn map<T: Copy, U>(x: &[T], o: &mut [U], f: impl Fn(T) -> U) {
     let n = x.len().min(o.len());
@@ -258,10 +327,16 @@ fn unary_f32_generic<const F: bool>(op: UnaryOp, x: &[f32], o: &mut [f32]) -> bo
         Sqrt => map(x, o, |a| a.sqrt()),
         Rsqrt => map(x, o, |a| 1.0 / a.sqrt()),
         Relu => map(x, o, |a| if a > 0.0 || a.is_nan() { a } else { 0.0 }),
-        Exp => map(x, o, exp_f32::<F>),
+        Exp => patched(x, o, exp_normal::<F>, exp_normal_ok, exp_f32::<F>),
         Log => map(x, o, ln_f32::<F>),
         Tanh => map(x, o, tanh_f32::<F>),
-        Sigmoid => map(x, o, sigmoid_f32::<F>),
+        Sigmoid => patched(
+            x,
+            o,
+            sigmoid_normal::<F>,
+            |a| exp_normal_ok(-a.abs()),
+            sigmoid_f32::<F>,
+        ),
         Sin | Cos => {
             if op == Sin {
                 map(x, o, sin_f32::<F>)

@@ -9,6 +9,14 @@
 use kiln_cpu::{detected_isa, set_isa, vmath, Isa};
 use kiln_ir::UnaryOp;
 
+/// The ISA level is process-wide: tests that set it run one at a time, so each runs its
+/// kernels at the level it asked for.
+static LEVEL_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn lock_level() -> std::sync::MutexGuard<'static, ()> {
+    LEVEL_LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Error of `got` in units of the spacing of `f32` at `want` (subnormal spacing below the
 /// normal range); 0 for equal values (NaN equal to NaN, infinities equal only to themselves).
 fn ulps(got: f32, want: f64) -> f64 {
@@ -157,6 +165,7 @@ fn check(level: Isa, xs: &[f32]) {
 
 #[test]
 fn vectorised_math_meets_its_error_bounds_at_every_isa_level() {
+    let _level = lock_level();
     let xs = inputs();
     for level in Isa::ALL {
         if level > detected_isa() {
@@ -171,6 +180,7 @@ fn vectorised_math_meets_its_error_bounds_at_every_isa_level() {
 
 #[test]
 fn branch_free_select_is_exact_at_every_isa_level() {
+    let _level = lock_level();
     // Every bit pattern kept (NaN payloads, -0.0, subnormals, extremes), lengths around the
     // vector widths (tails), and the shortest of the four slices bounding the work.
     let f32s = [
@@ -254,6 +264,7 @@ fn fold_extremum(xs: &[f64], max: bool) -> f64 {
 
 #[test]
 fn vectorised_extrema_equal_a_left_fold_at_every_isa_level() {
+    let _level = lock_level();
     // Lengths around the lane counts (tails), the extremum in every lane position, ±inf,
     // subnormals and NaN payloads (the last NaN is returned, as the fold would).
     let specials = [f64::INFINITY, f64::NEG_INFINITY, 1e-310, -3.5];
@@ -301,6 +312,7 @@ fn vectorised_extrema_equal_a_left_fold_at_every_isa_level() {
 
 #[test]
 fn vectorised_comparisons_follow_ieee_at_every_isa_level() {
+    let _level = lock_level();
     use kiln_ir::BinaryOp::{self, *};
     // NaN unordered, -0.0 == 0.0, infinities ordered; lengths around the vector widths.
     let fs = [
@@ -393,6 +405,7 @@ fn vectorised_comparisons_follow_ieee_at_every_isa_level() {
 
 #[test]
 fn fused_arithmetic_pairs_equal_two_separate_ops_at_every_isa_level() {
+    let _level = lock_level();
     use kiln_ir::BinaryOp::{self, *};
     fn op<T>(o: BinaryOp, a: T, b: T) -> T
     where
@@ -497,6 +510,7 @@ fn fused_arithmetic_pairs_equal_two_separate_ops_at_every_isa_level() {
 
 #[test]
 fn widening_accumulation_is_exact_at_every_isa_level() {
+    let _level = lock_level();
     // Each f32 widens exactly to f64 and each sum is one f64 addition: the vector loop must
     // give the scalar loop's bits, for lengths around the lane counts, with the shorter of
     // the two slices deciding how many are added.
@@ -530,8 +544,89 @@ fn widening_accumulation_is_exact_at_every_isa_level() {
     }
 }
 
+/// The slice kernels of exp, sigmoid and tanh take a faster scaling by 2ⁿ where results are
+/// normal and patch the other elements: they must equal, bit for bit, the scalar formulas
+/// built on `exp_f32` (tanh: `1 − 2/(e^{2|x|}+1)` above 0.625), over a sweep of bit patterns
+/// and the edges of the fast range (±86, ±88, ±10, 0.625), at every ISA level.
+#[test]
+fn exp_sigmoid_tanh_slices_equal_their_exp_formulas_at_every_isa_level() {
+    let _level = lock_level();
+    use kiln_ir::UnaryOp::{Exp, Sigmoid, Tanh};
+    let mut xs: Vec<f32> = (0..u32::MAX / 4099)
+        .map(|i| f32::from_bits(i * 4099))
+        .collect();
+    for edge in [86.0f32, 88.0, 10.0, 20.0, 0.625, 87.5, 104.0, 89.0] {
+        let mut v = edge;
+        for _ in 0..40 {
+            xs.extend([v, -v]);
+            v = f32::from_bits(v.to_bits() + 1);
+        }
+        let mut v = edge;
+        for _ in 0..40 {
+            v = f32::from_bits(v.to_bits() - 1);
+            xs.extend([v, -v]);
+        }
+    }
+    xs.extend([
+        0.0,
+        -0.0,
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        1e-45,
+        -1e-45,
+    ]);
+    let same = |g: f32, w: f32| g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan());
+    for level in Isa::ALL {
+        if level > detected_isa() {
+            continue;
+        }
+        assert_eq!(set_isa(level), level);
+        let mut o = vec![0.0f32; xs.len()];
+        for op in [Exp, Sigmoid, Tanh] {
+            assert!(vmath::unary_f32(op, &xs, &mut o));
+            for (&x, &g) in xs.iter().zip(&o) {
+                // The formulas at this level's FMA setting (the baseline has none).
+                let w = if level >= Isa::Avx2 {
+                    formula::<true>(op, x)
+                } else {
+                    formula::<false>(op, x)
+                };
+                assert!(
+                    same(g, w),
+                    "{op:?}({x:e}) at {level:?}: {g:e}, formula {w:e}"
+                );
+            }
+        }
+    }
+
+    fn formula<const F: bool>(op: kiln_ir::UnaryOp, x: f32) -> f32 {
+        let exp = vmath::exp_f32::<F>;
+        match op {
+            Exp => exp(x),
+            Sigmoid => {
+                let e = exp(-x.abs());
+                let s = 1.0 / (1.0 + e);
+                if x >= 0.0 {
+                    s
+                } else {
+                    e * s
+                }
+            }
+            _ => {
+                if x.is_nan() || x.abs() < 0.625 {
+                    vmath::tanh_f32::<F>(x)
+                } else {
+                    (1.0 - 2.0 / (exp(x.abs() * 2.0) + 1.0)).copysign(x)
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn sum_f32_follows_its_documented_association_at_every_isa_level() {
+    let _level = lock_level();
     // sum_f32 keeps 32 f64 lane partials (element i goes to lane i % 32 while whole sets of 32
     // remain), combines them pairwise (lane k += lane k + w for w = 16, 8, 4, 2, 1), then adds
     // the remainder in order. A scalar model of exactly that must agree bit for bit at every
@@ -582,6 +677,7 @@ fn sum_f32_follows_its_documented_association_at_every_isa_level() {
 
 #[test]
 fn fused_dot_equals_the_sum_of_rounded_products_at_every_isa_level() {
+    let _level = lock_level();
     // dot_f32(x, y) must give sum_f32 of the f32 products bit for bit (same lanes, same
     // association), with infinities, NaN, products that overflow or underflow, and lengths
     // around the lane counts; the shorter slice decides the length.
@@ -637,6 +733,7 @@ fn fused_dot_equals_the_sum_of_rounded_products_at_every_isa_level() {
 /// and divisors with awkward significands, inside and just outside the divisor range.
 #[test]
 fn uniform_division_is_correctly_rounded_at_every_isa_level() {
+    let _level = lock_level();
     let mut state = 0x9E37_79B9_7F4A_7C15u64;
     let mut next = move || {
         state ^= state << 13;
@@ -737,6 +834,7 @@ fn uniform_division_is_correctly_rounded_at_every_isa_level() {
 /// vector widths, and writes nothing past its inputs.
 #[test]
 fn uniform_operand_ops_are_ieee_at_every_isa_level() {
+    let _level = lock_level();
     use kiln_ir::BinaryOp::{self, *};
     let vals = [
         0.0f64,
