@@ -563,7 +563,45 @@ impl Plan {
                 }
             }
         }
+        self.verify_unread()?;
         self.verify_groups()
+    }
+
+    /// `unread_outputs`: empty or one flag per kernel; a flagged kernel writes only plan
+    /// outputs that no later kernel reads.
+    fn verify_unread(&self) -> Result<(), String> {
+        if self.unread_outputs.is_empty() {
+            return Ok(());
+        }
+        if self.unread_outputs.len() != self.kernels.len() {
+            return Err(format!(
+                "{} unread-output flags for {} kernels",
+                self.unread_outputs.len(),
+                self.kernels.len()
+            ));
+        }
+        for (k, kernel) in self.kernels.iter().enumerate() {
+            if !self.unread_outputs[k] {
+                continue;
+            }
+            for &s in &kernel.outputs {
+                let output = self.outputs.contains(&OutputRef::Slot(s));
+                let read_later = self.kernels[k + 1..]
+                    .iter()
+                    .any(|l| l.inputs.iter().any(|i| i.source == Source::Slot(s)));
+                if !output || read_later {
+                    return Err(format!(
+                        "kernel {k} is marked as writing unread outputs, but slot {s} is {}",
+                        if output {
+                            "read later"
+                        } else {
+                            "not a plan output"
+                        }
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The invariants of [`crate::group::RowGroup`] that the plan alone shows.

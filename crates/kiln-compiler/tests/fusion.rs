@@ -145,3 +145,36 @@ fn intermediate_buffers_are_reused() {
     assert!(r.peak_bytes <= 3 * 128 * 128 * 4);
     let _ = DType::F32;
 }
+
+#[test]
+fn only_kernels_whose_outputs_nothing_reads_are_marked_unread() {
+    // `e = exp(a)` is an output and read by the sum: not unread. The sum's kernel writes the
+    // last output: unread. A plan that claims otherwise fails verification.
+    let a = input(&[64, 32]);
+    let e = build::unary(UnaryOp::Exp, &a).unwrap();
+    let s = build::reduce(ReduceOp::Sum, &e, Some(&[1]), false).unwrap();
+    let (_, c) = report(&[&e, &s]);
+    let plan = &c.plan;
+    assert_eq!(plan.unread_outputs.len(), plan.kernels.len());
+    let writer_of = |out: usize| {
+        let kiln_compiler::OutputRef::Slot(slot) = plan.outputs[out] else {
+            panic!("output {out} is not a slot")
+        };
+        plan.kernels
+            .iter()
+            .position(|k| k.outputs.contains(&slot))
+            .expect("written")
+    };
+    let (ke, ks) = (writer_of(0), writer_of(1));
+    assert_ne!(ke, ks, "{:?}", plan.kernels);
+    assert!(!plan.unread_outputs[ke]);
+    assert!(plan.unread_outputs[ks]);
+    assert_eq!(plan.verify(), Ok(()));
+    let mut bad = plan.clone();
+    bad.unread_outputs[ke] = true;
+    let err = bad.verify().unwrap_err();
+    assert!(err.contains("read later"), "{err}");
+    let mut bad = plan.clone();
+    bad.unread_outputs.pop();
+    assert!(bad.verify().is_err());
+}
