@@ -370,7 +370,7 @@ pub fn run_io(
         out_numel,
         grouped: rank > 0 && axes.contains(&(rank - 1)),
         side: Some(side),
-        dot: dot_sources(program, &srcs),
+        fast: fast_sources(program, &srcs),
     };
     use ReduceOp::*;
     let result = match (op, dt) {
@@ -397,14 +397,39 @@ pub fn run_io(
     Ok(())
 }
 
-/// The sources `(x, y)` when the prologue is exactly `x * y` of two contiguous f32 inputs
-/// with no side outputs: the reduction can then fold the products as it forms them.
-fn dot_sources(program: &Program, srcs: &[Src<'_>]) -> Option<(usize, usize)> {
+/// Prologues the reduction folds without the interpreter (sources by index).
+#[derive(Clone, Copy)]
+enum FastSources {
+    /// Exactly `x * y` of two contiguous f32 inputs ([`Reducer::dot`]).
+    Dot(usize, usize),
+    /// Exactly one contiguous input of the reduction's dtype, unchanged.
+    Plain(usize),
+}
+
+/// [`FastSources`] as slices of the reduction's element type.
+#[derive(Clone, Copy)]
+enum Fast<'a, T> {
+    Dot(&'a [T], &'a [T]),
+    Plain(&'a [T]),
+}
+
+/// The prologue's fast form, if it has one and no side outputs: an unchanged contiguous
+/// input (folded straight from the input's memory, block by block as the interpreter would
+/// hand it over: the same values, the same association), or `x * y` of two contiguous f32
+/// inputs (the products folded as they are formed).
+fn fast_sources(program: &Program, srcs: &[Src<'_>]) -> Option<FastSources> {
     let [r] = program.results[..] else {
         return None;
     };
     let insts = &program.insts;
     let inst = insts.get(r as usize)?;
+    if let InstOp::Load(s) = inst.op {
+        let s = s as usize;
+        return srcs
+            .get(s)
+            .is_some_and(|src| src.dtype == inst.dtype && src.direct().is_some())
+            .then_some(FastSources::Plain(s));
+    }
     let InstOp::Binary(BinaryOp::Mul, x, y) = inst.op else {
         return None;
     };
@@ -422,7 +447,7 @@ fn dot_sources(program: &Program, srcs: &[Src<'_>]) -> Option<(usize, usize)> {
         && insts[y as usize].dtype == DType::F32
         && f32_direct(sx)
         && f32_direct(sy))
-    .then_some((sx, sy))
+    .then_some(FastSources::Dot(sx, sy))
 }
 
 /// Cuts each side output (all of `numel` positions) into consecutive pieces of `len`
@@ -453,8 +478,8 @@ struct Engine<'e, 'p, 's, N> {
     grouped: bool,
     /// Side outputs (results 1.. stored over the space, in visiting order); taken by `go`.
     side: Option<Vec<TSliceMut<'s>>>,
-    /// The sources `(x, y)` when the prologue is exactly `x * y` ([`dot_sources`]).
-    dot: Option<(usize, usize)>,
+    /// The prologue's fast form ([`fast_sources`]).
+    fast: Option<FastSources>,
 }
 
 impl<'p, N: Fn() -> Result<Interp<'p>> + Sync> Engine<'_, 'p, '_, N> {
@@ -466,10 +491,14 @@ impl<'p, N: Fn() -> Result<Interp<'p>> + Sync> Engine<'_, 'p, '_, N> {
         let mut acc = vec![R::init(); self.out_numel];
         let (srcs, owalk, numel) = (self.srcs, self.owalk, self.numel);
         let mut side = self.side.take().unwrap_or_default();
-        let dot: Option<(&[T], &[T])> = self
-            .dot
-            .filter(|_| R::DOT)
-            .and_then(|(x, y)| Some((T::slice(srcs[x].direct()?)?, T::slice(srcs[y].direct()?)?)));
+        let slice = |i: usize| T::slice(srcs[i].direct()?);
+        let dot = (|| -> Option<Fast<'_, T>> {
+            match self.fast? {
+                FastSources::Dot(x, y) if R::DOT => Some(Fast::Dot(slice(x)?, slice(y)?)),
+                FastSources::Plain(x) => Some(Fast::Plain(slice(x)?)),
+                FastSources::Dot(..) => None,
+            }
+        })();
         if numel >= PAR_MIN && self.grouped && self.out_numel == 1 {
             let pieces = split_side(side, numel, CHUNK);
             let parts: Vec<Result<R::A>> = pieces
@@ -540,13 +569,20 @@ fn fold<T: Elem, R: Reducer<T>>(
     acc: &mut [R::A],
     acc_base: usize,
     side: &mut [TSliceMut<'_>],
-    dot: Option<(&[T], &[T])>,
+    dot: Option<Fast<'_, T>>,
 ) -> Result<()> {
     let ab = acc_base as isize;
     let mut s = start;
     while s < end {
         let n = BLOCK.min(end - s);
-        if let Some((xs, ys)) = dot {
+        if let Some(Fast::Plain(xs)) = dot {
+            // The block's values are the input's own (the interpreter would hand over a view).
+            source::prefetch(srcs, s + n, (s + 2 * n).min(end));
+            fold_runs::<T, R>(owalk, s, n, &xs[s..s + n], acc, ab);
+            s += n;
+            continue;
+        }
+        if let Some(Fast::Dot(xs, ys)) = dot {
             // `sum(x * y)` of two contiguous inputs, each output's positions one run: the
             // products are folded as they are formed (one pass over both inputs). Not
             // prefetched: the two plain streams are what the hardware prefetcher follows
@@ -575,23 +611,35 @@ fn fold<T: Elem, R: Reducer<T>>(
             );
         }
         let vals: &[T] = slice_of(interp.result(0, srcs, s, n));
-        owalk.runs(s, n, |pos, base, stride, len| {
-            let xs = &vals[pos..pos + len];
-            let base = base - ab;
-            if stride == 0 {
-                R::seg(&mut acc[base as usize], xs);
-            } else if stride == 1 {
-                let b = base as usize;
-                R::each(&mut acc[b..b + len], xs);
-            } else {
-                for (t, &x) in xs.iter().enumerate() {
-                    R::add(&mut acc[(base + t as isize * stride) as usize], x);
-                }
-            }
-        });
+        fold_runs::<T, R>(owalk, s, n, vals, acc, ab);
         s += n;
     }
     Ok(())
+}
+
+/// Folds the values `vals` of positions `s..s + n` into `acc` (element 0: output `ab`).
+fn fold_runs<T: Elem, R: Reducer<T>>(
+    owalk: &Walk,
+    s: usize,
+    n: usize,
+    vals: &[T],
+    acc: &mut [R::A],
+    ab: isize,
+) {
+    owalk.runs(s, n, |pos, base, stride, len| {
+        let xs = &vals[pos..pos + len];
+        let base = base - ab;
+        if stride == 0 {
+            R::seg(&mut acc[base as usize], xs);
+        } else if stride == 1 {
+            let b = base as usize;
+            R::each(&mut acc[b..b + len], xs);
+        } else {
+            for (t, &x) in xs.iter().enumerate() {
+                R::add(&mut acc[(base + t as isize * stride) as usize], x);
+            }
+        }
+    });
 }
 
 fn slice_of<T: Elem>(s: TSlice<'_>) -> &[T] {
