@@ -413,6 +413,19 @@ enum Fast<'a, T> {
     Plain(&'a [T]),
 }
 
+impl FastSources {
+    /// The sources' data as `T` (`None` if a source is not contiguous `T` data, or for a dot
+    /// product when the reducer has no [`Reducer::dot`]: `dot_ok` false).
+    fn slices<'a, T: Elem>(self, srcs: &'a [Src<'_>], dot_ok: bool) -> Option<Fast<'a, T>> {
+        let slice = |i: usize| T::slice(srcs[i].direct()?);
+        match self {
+            FastSources::Dot(x, y) if dot_ok => Some(Fast::Dot(slice(x)?, slice(y)?)),
+            FastSources::Dot(..) => None,
+            FastSources::Plain(x) => Some(Fast::Plain(slice(x)?)),
+        }
+    }
+}
+
 /// The prologue's fast form, if it has one and no side outputs: an unchanged contiguous
 /// input (folded straight from the input's memory, block by block as the interpreter would
 /// hand it over: the same values, the same association), or `x * y` of two contiguous f32
@@ -491,14 +504,7 @@ impl<'p, N: Fn() -> Result<Interp<'p>> + Sync> Engine<'_, 'p, '_, N> {
         let mut acc = vec![R::init(); self.out_numel];
         let (srcs, owalk, numel) = (self.srcs, self.owalk, self.numel);
         let mut side = self.side.take().unwrap_or_default();
-        let slice = |i: usize| T::slice(srcs[i].direct()?);
-        let dot = (|| -> Option<Fast<'_, T>> {
-            match self.fast? {
-                FastSources::Dot(x, y) if R::DOT => Some(Fast::Dot(slice(x)?, slice(y)?)),
-                FastSources::Plain(x) => Some(Fast::Plain(slice(x)?)),
-                FastSources::Dot(..) => None,
-            }
-        })();
+        let fast = self.fast.and_then(|f| f.slices::<T>(srcs, R::DOT));
         if numel >= PAR_MIN && self.grouped && self.out_numel == 1 {
             let pieces = split_side(side, numel, CHUNK);
             let parts: Vec<Result<R::A>> = pieces
@@ -510,7 +516,7 @@ impl<'p, N: Fn() -> Result<Interp<'p>> + Sync> Engine<'_, 'p, '_, N> {
                         let it = it.as_mut().ok_or_else(rebuild_failed)?;
                         let mut a = [R::init()];
                         let (s, e) = (c * CHUNK, ((c + 1) * CHUNK).min(numel));
-                        fold::<T, R>(it, srcs, owalk, (s, e), &mut a, 0, &mut side, dot)?;
+                        fold::<T, R>(it, srcs, owalk, (s, e), &mut a, 0, &mut side, fast)?;
                         Ok(a[0])
                     },
                 )
@@ -533,7 +539,7 @@ impl<'p, N: Fn() -> Result<Interp<'p>> + Sync> Engine<'_, 'p, '_, N> {
                         let it = it.as_mut().ok_or_else(rebuild_failed)?;
                         let first = t * per;
                         let (s, e) = (first * len, (first + accs.len()) * len);
-                        fold::<T, R>(it, srcs, owalk, (s, e), accs, first, &mut side, dot)
+                        fold::<T, R>(it, srcs, owalk, (s, e), accs, first, &mut side, fast)
                     },
                 )
                 .collect();
@@ -547,7 +553,7 @@ impl<'p, N: Fn() -> Result<Interp<'p>> + Sync> Engine<'_, 'p, '_, N> {
                 &mut acc,
                 0,
                 &mut side,
-                dot,
+                fast,
             )?;
         }
         Ok(R::Out::wrap(acc.into_iter().map(R::finish).collect()))
@@ -569,20 +575,20 @@ fn fold<T: Elem, R: Reducer<T>>(
     acc: &mut [R::A],
     acc_base: usize,
     side: &mut [TSliceMut<'_>],
-    dot: Option<Fast<'_, T>>,
+    fast: Option<Fast<'_, T>>,
 ) -> Result<()> {
     let ab = acc_base as isize;
     let mut s = start;
     while s < end {
         let n = BLOCK.min(end - s);
-        if let Some(Fast::Plain(xs)) = dot {
+        if let Some(Fast::Plain(xs)) = fast {
             // The block's values are the input's own (the interpreter would hand over a view).
             source::prefetch(srcs, s + n, (s + 2 * n).min(end));
             fold_runs::<T, R>(owalk, s, n, &xs[s..s + n], acc, ab);
             s += n;
             continue;
         }
-        if let Some(Fast::Dot(xs, ys)) = dot {
+        if let Some(Fast::Dot(xs, ys)) = fast {
             // `sum(x * y)` of two contiguous inputs, each output's positions one run: the
             // products are folded as they are formed (one pass over both inputs). Not
             // prefetched: the two plain streams are what the hardware prefetcher follows
