@@ -42,7 +42,7 @@ fn check(ys: &[&Array], tol: f64, what: &str) {
 }
 
 fn streams() -> bool {
-    cfg!(target_arch = "x86_64") && kiln_cpu::detected_isa() >= kiln_cpu::Isa::Avx512
+    cfg!(target_arch = "x86_64") && kiln_cpu::isa() >= kiln_cpu::Isa::Avx512
 }
 
 #[test]
