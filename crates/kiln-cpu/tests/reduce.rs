@@ -341,6 +341,27 @@ fn arg_reductions_take_the_first_extremum_and_nan() {
 /// `sum(a * b)` over `axes` of `dims` as one reduction kernel; with `unfused` the prologue is
 /// `a * (b * 1)`, the same products (multiplying by one is exact) through the interpreter
 /// instead of the fused dot path.
+/// Full sums (serial and over parallel chunks), row sums (one run per output, parallel
+/// rows), column sums and middle axes (strided runs): the shapes of the fast-path tests.
+const REDUCE_SHAPES: &[(&[usize], &[usize])] = &[
+    (&[1000], &[0]),
+    (&[(1 << 17) + 37], &[0]),
+    (&[3, 700], &[1]),
+    (&[40, 5000], &[1]),
+    (&[700, 3], &[0]),
+    (&[6, 50, 7], &[1]),
+    (&[4, 30, 600], &[1, 2]),
+];
+
+/// `dims` with the reduced `axes` kept as 1.
+fn kept_dims(dims: &[usize], axes: &[usize]) -> Vec<usize> {
+    let mut kept = dims.to_vec();
+    for &ax in axes {
+        kept[ax] = 1;
+    }
+    kept
+}
+
 fn sum_of_products(
     a: &HostData,
     b: &HostData,
@@ -362,10 +383,7 @@ fn sum_of_products(
         y = p.bin(BinaryOp::Mul, y, c);
     }
     let r = p.bin(BinaryOp::Mul, x, y);
-    let mut kept = dims.to_vec();
-    for &ax in axes {
-        kept[ax] = 1;
-    }
+    let kept = kept_dims(dims, axes);
     let kind = KernelKind::Reduce {
         program: p.done(&[r]),
         op: ReduceOp::Sum,
@@ -382,15 +400,7 @@ fn fused_sums_of_products_equal_the_two_pass_sums() {
     // rows), column sums and a middle axis (strided runs: the fused path must fall back),
     // with an overflowing product and a NaN in some cases: bit-identical to the interpreter's
     // two passes, and close to the reference.
-    let shapes: &[(&[usize], &[usize])] = &[
-        (&[1000], &[0]),
-        (&[(1 << 17) + 37], &[0]),
-        (&[3, 700], &[1]),
-        (&[40, 5000], &[1]),
-        (&[700, 3], &[0]),
-        (&[6, 50, 7], &[1]),
-        (&[4, 30, 600], &[1, 2]),
-    ];
+    let shapes = REDUCE_SHAPES;
     for (case, &(dims, axes)) in shapes.iter().enumerate() {
         let n: usize = dims.iter().product();
         let mut av: Vec<f32> = floats(n, 40 + case as u64)
@@ -445,10 +455,7 @@ fn reduce_of(
         let c = p.scalar(one, dt);
         v = p.bin(BinaryOp::Mul, v, c);
     }
-    let mut kept = dims.to_vec();
-    for &ax in axes {
-        kept[ax] = 1;
-    }
+    let kept = kept_dims(dims, axes);
     let kind = KernelKind::Reduce {
         program: p.done(&[v]),
         op,
@@ -465,14 +472,7 @@ fn reductions_of_an_unchanged_input_equal_the_interpreter_path() {
     // block: bit-identical to the interpreter handing the same blocks over, for every op,
     // f32/f64/i64, full/row/column/middle-axis reductions (serial and parallel), and close to
     // the reference.
-    let shapes: &[(&[usize], &[usize])] = &[
-        (&[1000], &[0]),
-        (&[(1 << 17) + 37], &[0]),
-        (&[3, 700], &[1]),
-        (&[40, 5000], &[1]),
-        (&[700, 3], &[0]),
-        (&[6, 50, 7], &[1]),
-    ];
+    let shapes = &REDUCE_SHAPES[..6];
     for (case, &(dims, axes)) in shapes.iter().enumerate() {
         let n: usize = dims.iter().product();
         let mut xf: Vec<f32> = floats(n, 7 + case as u64)
