@@ -22,8 +22,11 @@
 //!   full reductions fold fixed chunks into partials merged in chunk order; large row
 //!   reductions give each task whole rows; so results never depend on the thread count.
 //!   **Matmul** uses `matrixmultiply` (AVX-512 kernels) on the strided views directly, its
-//!   rows split over the rayon pool above ~2M multiply-adds (one pool for every kernel), and for products with at most 16 rows or 32³ multiply-adds its own
-//!   unpacked register-blocked kernel (`kernels/small_gemm.rs`); **take**, **concat** and **top-k** copy through the views.
+//!   rows split over the rayon pool above ~2M multiply-adds (one pool for every kernel), and
+//!   for products with at most 16 rows, at most 64³ multiply-adds or a right operand of at
+//!   most 64×64 elements its own unpacked register-blocked kernel (`kernels/small_gemm.rs`);
+//!   affine epilogues (`x @ w + b`, `w - lr·(xᵀ @ g)`) run inside either. **take**,
+//!   **concat** and **top-k** copy through the views.
 //! * **Row groups** (`kernels/group.rs`): the compiler marks runs of kernels whose rows are
 //!   independent (a row reduction and the kernels that read its result row by row: softmax,
 //!   layer norm); they run block of rows by block of rows, every kernel of the group over a

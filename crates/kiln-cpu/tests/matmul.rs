@@ -549,10 +549,16 @@ fn form_plan(
 #[test]
 fn affine_epilogues_equal_the_reference() {
     // Every form, f32 and f64, with the addend as a broadcast bias row, a full matrix and a
-    // transposed view, over batched products above the small-GEMM bound (the affine ones run
-    // inside matrixmultiply's C = α·A@B + β·C) and one below it (the general epilogue).
+    // transposed view, over products above the small-GEMM bounds (the affine ones run inside
+    // matrixmultiply's C = α·A@B + β·C) and below them, batched (inside the small GEMM's
+    // C = α·A@B + β·C).
     let mut seed = 100;
-    for &(batch, m, k, n) in &[(1, 48, 40, 48), (2, 40, 33, 40), (1, 4, 3, 4)] {
+    for &(batch, m, k, n) in &[
+        (1, 176, 24, 176),
+        (1, 48, 40, 48),
+        (2, 40, 33, 40),
+        (1, 4, 3, 4),
+    ] {
         for dt in [DType::F32, DType::F64] {
             for form in Form::ALL {
                 for addend in 0..3 {
@@ -604,9 +610,12 @@ fn affine_epilogue_in_place_over_its_addend() {
     // in C, so the GEMM accumulates onto it; and the same with the addend transposed (read
     // through a snapshot, since the output overwrites it). Every other form too: those whose
     // epilogue reads the addend after the product is written (`(a + l) + l`) must not
-    // compute the product over it first.
-    let (m, k, n) = (48, 40, 48);
-    for (form, transposed) in Form::ALL.into_iter().flat_map(|f| [(f, false), (f, true)]) {
+    // compute the product over it first. One shape for matrixmultiply, one for the small GEMM.
+    let cases = Form::ALL
+        .into_iter()
+        .flat_map(|f| [(f, false), (f, true)])
+        .flat_map(|c| [(c, (176, 24, 176)), (c, (48, 40, 48))]);
+    for ((form, transposed), (m, k, n)) in cases {
         let (ad, bd, wd) = (f32s(m * k, 30), f32s(k * n, 31), f32s(m * n, 32));
         let mut pb = Pb::new();
         let sc = pb.scalar(Scalar::Float(0.01));
@@ -645,7 +654,7 @@ fn affine_epilogue_in_place_over_its_addend() {
         }
         let mm = build::matmul(&node(ad, &[m, k]), &node(bd, &[k, n])).unwrap();
         let want = form.node(&mm, &wn, 0.01);
-        eprintln!("{form:?} transposed {transposed}");
+        eprintln!("{form:?} transposed {transposed} {m}x{k}x{n}");
         check_abs(pb, &[&want], 1e-5, 1e-5);
     }
 }

@@ -113,7 +113,7 @@ pub fn run(
     let same = outputs[0].dtype() == dt;
     let plain = Around::default();
     let inplace = match epilogue {
-        Some(program) if same => in_place(program, &srcs, launch.scalars, (m, k, n)),
+        Some(program) if same => in_place(program, &srcs, launch.scalars, k),
         _ => None,
     };
     match (epilogue, inplace) {
@@ -242,12 +242,7 @@ struct InPlace {
 /// The in-place plan for `program`, or `None` when what runs after the product is written
 /// would read an input aliased with the output (the product would have overwritten it): the
 /// product then goes into a scratch buffer instead.
-fn in_place(
-    program: &Program,
-    srcs: &[Src<'_>],
-    scalars: &[Scalar],
-    (m, k, n): (usize, usize, usize),
-) -> Option<InPlace> {
+fn in_place(program: &Program, srcs: &[Src<'_>], scalars: &[Scalar], k: usize) -> Option<InPlace> {
     let dt = srcs[0].dtype;
     let reads_alias = |p: &Program| {
         p.insts.iter().any(|inst| {
@@ -255,8 +250,7 @@ fn in_place(
                 if srcs.get(x as usize).is_some_and(|s| matches!(s.kind, SrcKind::Alias(_))))
         })
     };
-    let packed = !Gemm::shape_only(m, k, n).small();
-    let split = (k > 0 && packed)
+    let split = (k > 0)
         .then(|| Affine::split(program, dt, scalars, srcs.len()))
         .flatten();
     match split {
@@ -474,7 +468,7 @@ struct Dims<'a> {
 }
 
 /// `c = a @ b` for every batch index (`c` contiguous `[.., m, n]`), or `c = α·a @ b + β·c`
-/// for float products given `Some(Coefs)` (products [`Gemm::small`] never get them).
+/// for float products given `Some(Coefs)`.
 fn product(
     d: &Dims<'_>,
     a: &Operand<'_>,
@@ -570,8 +564,9 @@ fn product(
 trait GemmFloat: Copy + Send + Sync {
     /// `c = alpha·a@b + beta·c` through `matrixmultiply`.
     fn packed(g: &Gemm, a: &[Self], b: &[Self], c: &mut [Self], alpha: f64, beta: f64);
-    /// `c = a@b` through [`small_gemm`] (`k > 0`).
-    fn small(g: &Gemm, a: &[Self], b: &[Self], c: &mut [Self]);
+    /// `c = alpha·a@b + beta·c` through [`small_gemm`] (`k > 0`; `c` read only when
+    /// `beta != 0`).
+    fn small(g: &Gemm, a: &[Self], b: &[Self], c: &mut [Self], alpha: f64, beta: f64);
     fn typed(c: &mut [Self]) -> TSliceMut<'_>;
 }
 
@@ -579,9 +574,13 @@ impl GemmFloat for f32 {
     fn packed(g: &Gemm, a: &[f32], b: &[f32], c: &mut [f32], alpha: f64, beta: f64) {
         g.packed_sgemm_into(a, b, c, alpha as f32, beta as f32)
     }
-    fn small(g: &Gemm, a: &[f32], b: &[f32], c: &mut [f32]) {
+    fn small(g: &Gemm, a: &[f32], b: &[f32], c: &mut [f32], alpha: f64, beta: f64) {
         g.check(a.len(), b.len(), c.len());
-        small_gemm::sgemm(g, a, b, c)
+        let sc = small_gemm::Scale {
+            alpha: alpha as f32,
+            beta: beta as f32,
+        };
+        small_gemm::sgemm(g, a, b, c, sc)
     }
     fn typed(c: &mut [f32]) -> TSliceMut<'_> {
         TSliceMut::F32(c)
@@ -592,9 +591,10 @@ impl GemmFloat for f64 {
     fn packed(g: &Gemm, a: &[f64], b: &[f64], c: &mut [f64], alpha: f64, beta: f64) {
         g.packed_dgemm_into(a, b, c, alpha, beta)
     }
-    fn small(g: &Gemm, a: &[f64], b: &[f64], c: &mut [f64]) {
+    fn small(g: &Gemm, a: &[f64], b: &[f64], c: &mut [f64], alpha: f64, beta: f64) {
         g.check(a.len(), b.len(), c.len());
-        small_gemm::dgemm(g, a, b, c)
+        let sc = small_gemm::Scale { alpha, beta };
+        small_gemm::dgemm(g, a, b, c, sc)
     }
     fn typed(c: &mut [f64]) -> TSliceMut<'_> {
         TSliceMut::F64(c)
@@ -606,7 +606,10 @@ const SMALL_ROWS: usize = 16;
 /// Bound on `m·k·n` for the few-row products (single-threaded there).
 const SMALL_ROWS_MAX_MACS: usize = 1 << 25;
 /// Products of any shape up to this `m·k·n` take [`small_gemm`].
-const SMALL_MACS: usize = 32 * 32 * 32;
+const SMALL_MACS: usize = 64 * 64 * 64;
+/// Products whose right operand has at most this many elements (`k·n`: 16 KiB of `f32`)
+/// take [`small_gemm`] below [`PAR_GEMM_MACS`].
+const SMALL_B_ELEMS: usize = 64 * 64;
 /// Products of at least this many multiply-adds split their rows over the rayon pool
 /// (~2M: 15–20 µs on one core, where waking a second thread starts to pay).
 const PAR_GEMM_MACS: usize = 1 << 21;
@@ -647,13 +650,17 @@ impl Gemm {
 
     /// Whether the product goes to [`small_gemm`] rather than `matrixmultiply`: few rows
     /// (where `matrixmultiply` packs the whole right operand into a fresh buffer for a few
-    /// passes over it: 1×256×768 f32 took 121 µs there and 7 µs here, 16×256×768 108 µs and
-    /// 49 µs) or a tiny product (8³: 0.27 µs and 0.16 µs). At 64³ the two are even (4.9 µs,
-    /// 2 threads, vs 5.1–5.5 µs) and from 64 rows up `matrixmultiply`'s packed kernel and
-    /// threads win (64×256×768: 190 µs vs 300 µs), hence the bounds.
+    /// passes over it: 1×256×768 f32 took 72 µs there and 12 µs here, 16×256×768 77 µs and
+    /// 63 µs), a small product, or a right operand that stays in L1 (f32, one core: 64³
+    /// 4.8 µs there and 3.1 µs here, 256×64×64 17.7 and 12.9 µs; f64 64³ 10.0 and 6.3 µs).
+    /// From about 16K elements of right operand (128³: 33 vs 37 µs) `matrixmultiply`'s
+    /// packed panels win, and from [`PAR_GEMM_MACS`] its row blocks run on all cores.
     pub(super) fn small(&self) -> bool {
         let macs = self.m.saturating_mul(self.k).saturating_mul(self.n);
-        (self.m <= SMALL_ROWS && macs <= SMALL_ROWS_MAX_MACS) || macs <= SMALL_MACS
+        let b_elems = self.k.saturating_mul(self.n);
+        (self.m <= SMALL_ROWS && macs <= SMALL_ROWS_MAX_MACS)
+            || macs <= SMALL_MACS
+            || (b_elems <= SMALL_B_ELEMS && macs < PAR_GEMM_MACS)
     }
 
     /// The float product into `c` (position `base` of the output onwards), with `around`'s
@@ -668,7 +675,7 @@ impl Gemm {
         base: usize,
         around: &Around<'_>,
     ) -> Result<()> {
-        let small = coefs.is_none() && self.small() && self.k > 0;
+        let small = self.small() && self.k > 0;
         let (alpha, beta) = coefs.map_or((1.0, 0.0), |f| (f.alpha, f.beta));
         let block = |g: &Gemm, row: usize, c: &mut [T]| -> Result<()> {
             let start = base + row * self.n;
@@ -676,7 +683,7 @@ impl Gemm {
                 before(start, T::typed(c));
             }
             if small {
-                T::small(g, a, b, c)
+                T::small(g, a, b, c, alpha, beta)
             } else {
                 T::packed(g, a, b, c, alpha, beta)
             }
@@ -726,21 +733,6 @@ impl Gemm {
             })
             .collect();
         results.into_iter().collect()
-    }
-
-    /// A description with only the sizes set (for [`Self::small`]).
-    fn shape_only(m: usize, k: usize, n: usize) -> Gemm {
-        Gemm {
-            m,
-            k,
-            n,
-            aoff: 0,
-            rsa: 0,
-            csa: 0,
-            boff: 0,
-            rsb: 0,
-            csb: 0,
-        }
     }
 
     /// `c = alpha·a@b + beta·c` through `matrixmultiply` (`beta == 0`: `c` is only written).

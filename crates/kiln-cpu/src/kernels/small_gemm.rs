@@ -1,20 +1,23 @@
 //! A GEMM for small float products, without `matrixmultiply`'s set-up: no packing of the right
 //! operand when its rows are contiguous, no allocation proportional to it, no threading.
 //!
-//! `c = a @ b` (`c` contiguous `m×n`) is computed in blocks of `MR` rows by `NR` columns held
-//! in registers: the block's `MR` rows of `a` are copied once into a `k × MR` panel (any
-//! strides), and each step `p` of the dot products multiplies that panel's row `p` by `NR`
-//! contiguous elements of `b`'s row `p`, read in place. Rows left over (`m % MR`) run one at a
-//! time; columns left over (`n % NR`) go through a zero-padded `k × NR` copy of those columns
-//! of `b`. A right operand whose column stride is not 1 is first copied into a contiguous
-//! `k × n` matrix.
+//! `c = α·(a @ b) + β·c` (`c` contiguous `m×n`; [`Scale`]) is computed in blocks of `MR` rows
+//! by `NR` columns held in registers: each step `p` of the dot products multiplies element `p`
+//! of the block's `MR` rows of `a` by `NR` contiguous elements of `b`'s row `p`, read in
+//! place. Rows of `a` with unit column stride are read in place too; other layouts are copied
+//! per block into a `k × MR` panel (contiguous copies for a transposed `a`). Rows left over
+//! (`m % MR`) run one at a time; columns left over (`n % NR`) run one vector (`NV`) at a time,
+//! the last partial vector through a zero-padded `k × NV` copy of those columns of `b`. A
+//! right operand whose column stride is not 1 is first copied into a contiguous `k × n`
+//! matrix.
 //!
 //! Like the other hot loops, the kernel is `#[inline(always)]` generic code compiled for the
-//! current [`crate::isa`] level: `NR` is two vector registers wide at that level (f32: 32 for
-//! AVX-512, 16 for AVX2, 8 for SSE2; f64 half that) and `MR = 4`, so a block is eight
-//! accumulator registers, enough independent multiply-adds to hide the FMA latency. Every
-//! element is an ordered sum over `p` of `a[i,p]·b[p,j]` (fused at the AVX2 and AVX-512
-//! levels), so results do not depend on the block an element falls in.
+//! current [`crate::isa`] level: `NR` is four vector registers wide at the AVX-512 level (32
+//! registers) and two below it (16), `MR = 4`, so a block is sixteen (eight) accumulator registers,
+//! enough independent multiply-adds to keep both FMA units busy (64³ f32 on one core: 82
+//! GMAC/s at AVX-512, `matrixmultiply` 53 with its packing). Every element is an ordered sum
+//! over `p` of `a[i,p]·b[p,j]` (fused at the AVX2 and AVX-512 levels), so results do not
+//! depend on the block an element falls in.
 //!
 //! All indexing is safe (bounds-checked slices); the only `unsafe` is the call into the
 //! `#[target_feature]` copies, as in [`crate::simd`].
@@ -23,13 +26,15 @@ use super::matmul::Gemm;
 
 /// The float types the kernel handles.
 pub(super) trait Real:
-    Copy + Default + std::ops::Add<Output = Self> + std::ops::Mul<Output = Self>
+    Copy + Default + PartialEq + std::ops::Add<Output = Self> + std::ops::Mul<Output = Self>
 {
+    const ONE: Self;
     /// `a·b + c`, fused when `F`.
     fn madd<const F: bool>(a: Self, b: Self, c: Self) -> Self;
 }
 
 impl Real for f32 {
+    const ONE: f32 = 1.0;
     #[inline(always)]
     fn madd<const F: bool>(a: f32, b: f32, c: f32) -> f32 {
         if F {
@@ -41,6 +46,7 @@ impl Real for f32 {
 }
 
 impl Real for f64 {
+    const ONE: f64 = 1.0;
     #[inline(always)]
     fn madd<const F: bool>(a: f64, b: f64, c: f64) -> f64 {
         if F {
@@ -60,21 +66,59 @@ struct Rows<'a, T> {
     rs: isize,
 }
 
-/// The `MR × NR` block `ap @ b[.., j0..j0+NR]`, `ap` being the `k × MR` panel of `a`.
+/// What is stored: `c = α·(a@b) + β·c`, the product scaled and rounded first, then `β·c`
+/// (`β = ±1` in practice: exact) added and rounded: the rounding of the epilogue
+/// `α·acc ± L` it stands for. `c` is not read when `β = 0`.
+#[derive(Clone, Copy)]
+pub(super) struct Scale<T> {
+    pub(super) alpha: T,
+    pub(super) beta: T,
+}
+
+/// `MR` rows of the left operand as the kernel reads them: element `p` of every row.
+trait Panel<T, const MR: usize>: Copy {
+    fn at(&self, p: usize) -> [T; MR];
+}
+
+/// Rows read in place (unit column stride), each `k` long.
+#[derive(Clone, Copy)]
+struct InPlace<'a, T, const MR: usize>([&'a [T]; MR]);
+
+impl<T: Copy, const MR: usize> Panel<T, MR> for InPlace<'_, T, MR> {
+    #[inline(always)]
+    fn at(&self, p: usize) -> [T; MR] {
+        std::array::from_fn(|r| self.0[r][p])
+    }
+}
+
+/// A `k × MR` copy: entry `p` holds element `p` of each row.
+#[derive(Clone, Copy)]
+struct Packed<'a, T, const MR: usize>(&'a [[T; MR]]);
+
+impl<T: Copy, const MR: usize> Panel<T, MR> for Packed<'_, T, MR> {
+    #[inline(always)]
+    fn at(&self, p: usize) -> [T; MR] {
+        self.0[p]
+    }
+}
+
+/// The `MR × NR` block `a @ b[.., j0..j0+NR]` over `k` steps, `a` being `MR` rows.
 #[inline(always)]
-fn block<T: Real, const F: bool, const MR: usize, const NR: usize>(
-    ap: &[[T; MR]],
+fn block<T: Real, P: Panel<T, MR>, const F: bool, const MR: usize, const NR: usize>(
+    a: P,
+    k: usize,
     b: Rows<'_, T>,
     j0: usize,
 ) -> [[T; NR]; MR] {
     let mut acc = [[T::default(); NR]; MR];
     let mut off = b.off + j0 as isize;
-    for a in ap {
+    for p in 0..k {
         let start = off as usize;
         let brow: &[T; NR] = b.data[start..start + NR].try_into().expect("NR elements");
+        let x = a.at(p);
         for r in 0..MR {
             for l in 0..NR {
-                acc[r][l] = T::madd::<F>(a[r], brow[l], acc[r][l]);
+                acc[r][l] = T::madd::<F>(x[r], brow[l], acc[r][l]);
             }
         }
         off += b.rs;
@@ -82,66 +126,125 @@ fn block<T: Real, const F: bool, const MR: usize, const NR: usize>(
     acc
 }
 
-/// Rows `i0..i0+MR` of `c`: `ap` is refilled with the `k × MR` panel of those rows of `a`.
+/// Rows `i0..i0+MR` of `c`. Rows of `a` with unit column stride are read in place; others
+/// are first copied into `scratch` (a `k × MR` panel: contiguous copies when `a` is
+/// transposed).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn row_block<T: Real, const F: bool, const MR: usize, const NR: usize>(
+fn row_block<T: Real, const F: bool, const MR: usize, const NR: usize, const NV: usize>(
     g: &Gemm,
     a: &[T],
     i0: usize,
     b: Rows<'_, T>,
     tail: &[T],
-    ap: &mut Vec<[T; MR]>,
+    scratch: &mut Vec<[T; MR]>,
     c: &mut [T],
+    sc: Scale<T>,
+) {
+    let k = g.k;
+    let base = |r: usize| g.aoff + (i0 + r) as isize * g.rsa;
+    if g.csa == 1 {
+        let rows = InPlace(std::array::from_fn(|r| {
+            let start = base(r) as usize;
+            &a[start..start + k]
+        }));
+        columns::<T, _, F, MR, NR, NV>(rows, g, i0, b, tail, c, sc);
+    } else {
+        scratch.clear();
+        let first = base(0);
+        scratch.extend((0..k).map(|p| {
+            let at = first + p as isize * g.csa;
+            if g.rsa == 1 {
+                let at = at as usize;
+                a[at..at + MR].try_into().expect("MR elements")
+            } else {
+                std::array::from_fn(|r| a[(at + r as isize * g.rsa) as usize])
+            }
+        }));
+        columns::<T, _, F, MR, NR, NV>(Packed(scratch), g, i0, b, tail, c, sc);
+    }
+}
+
+/// The blocks of rows `i0..i0+MR` of `c`, left to right.
+#[inline(always)]
+fn columns<
+    T: Real,
+    P: Panel<T, MR>,
+    const F: bool,
+    const MR: usize,
+    const NR: usize,
+    const NV: usize,
+>(
+    rows: P,
+    g: &Gemm,
+    i0: usize,
+    b: Rows<'_, T>,
+    tail: &[T],
+    c: &mut [T],
+    sc: Scale<T>,
 ) {
     let (k, n) = (g.k, g.n);
-    ap.clear();
-    ap.resize(k, [T::default(); MR]);
-    for r in 0..MR {
-        let base = g.aoff + (i0 + r) as isize * g.rsa;
-        if g.csa == 1 {
-            let row = &a[base as usize..base as usize + k];
-            for (dst, &x) in ap.iter_mut().zip(row) {
-                dst[r] = x;
-            }
-        } else {
-            for (p, dst) in ap.iter_mut().enumerate() {
-                dst[r] = a[(base + p as isize * g.csa) as usize];
-            }
-        }
-    }
-    let nfull = n / NR * NR;
     let mut j0 = 0;
-    while j0 < nfull {
-        let acc = block::<T, F, MR, NR>(ap, b, j0);
-        for (r, row) in acc.iter().enumerate() {
-            let at = (i0 + r) * n + j0;
-            c[at..at + NR].copy_from_slice(row);
-        }
+    while j0 + NR <= n {
+        let acc = block::<T, P, F, MR, NR>(rows, k, b, j0);
+        store(c, n, (i0, j0), &acc, NR, sc);
         j0 += NR;
     }
-    if nfull < n {
+    // Columns left over: one vector at a time in place, the last partial vector through
+    // the zero-padded copy of those columns.
+    while j0 + NV <= n {
+        let acc = block::<T, P, F, MR, NV>(rows, k, b, j0);
+        store(c, n, (i0, j0), &acc, NV, sc);
+        j0 += NV;
+    }
+    if j0 < n {
         let panel = Rows {
             data: tail,
             off: 0,
-            rs: NR as isize,
+            rs: NV as isize,
         };
-        let acc = block::<T, F, MR, NR>(ap, panel, 0);
-        let w = n - nfull;
-        for (r, row) in acc.iter().enumerate() {
-            let at = (i0 + r) * n + nfull;
-            c[at..at + w].copy_from_slice(&row[..w]);
+        let acc = block::<T, P, F, MR, NV>(rows, k, panel, 0);
+        store(c, n, (i0, j0), &acc, n - j0, sc);
+    }
+}
+
+/// Writes the first `w` columns of `acc` to rows `i0..` of `c` (`n` columns) from column
+/// `j0`, scaled by `sc`.
+#[inline(always)]
+fn store<T: Real, const MR: usize, const W: usize>(
+    c: &mut [T],
+    n: usize,
+    (i0, j0): (usize, usize),
+    acc: &[[T; W]; MR],
+    w: usize,
+    sc: Scale<T>,
+) {
+    let zero = T::default();
+    for (r, row) in acc.iter().enumerate() {
+        let at = (i0 + r) * n + j0;
+        let out = &mut c[at..at + w];
+        if sc.alpha == T::ONE && sc.beta == zero {
+            out.copy_from_slice(&row[..w]);
+        } else if sc.beta == zero {
+            for (o, &x) in out.iter_mut().zip(row) {
+                *o = sc.alpha * x;
+            }
+        } else {
+            for (o, &x) in out.iter_mut().zip(row) {
+                *o = sc.alpha * x + sc.beta * *o;
+            }
         }
     }
 }
 
-/// `c = a @ b` for `k > 0`, operands in bounds (checked by the caller).
+/// `c = α·(a @ b) + β·c` for `k > 0`, operands in bounds (checked by the caller).
 #[inline(always)]
-fn gemm<T: Real, const F: bool, const MR: usize, const NR: usize>(
+fn gemm<T: Real, const F: bool, const MR: usize, const NR: usize, const NV: usize>(
     g: &Gemm,
     a: &[T],
     b: &[T],
     c: &mut [T],
+    sc: Scale<T>,
 ) {
     let (m, k, n) = (g.m, g.k, g.n);
     let packed: Vec<T>;
@@ -163,65 +266,71 @@ fn gemm<T: Real, const F: bool, const MR: usize, const NR: usize>(
             rs: n as isize,
         }
     };
-    let nfull = n / NR * NR;
+    let nfull = n / NV * NV;
     let mut tail = Vec::new();
     if nfull < n {
-        tail.resize(k * NR, T::default());
-        for (p, t) in tail.chunks_exact_mut(NR).enumerate() {
+        tail.resize(k * NV, T::default());
+        for (p, t) in tail.chunks_exact_mut(NV).enumerate() {
             let start = (rows.off + p as isize * rows.rs) as usize + nfull;
             t[..n - nfull].copy_from_slice(&rows.data[start..start + n - nfull]);
         }
     }
     let mut i0 = 0;
-    let mut ap = Vec::with_capacity(k);
+    let (mut scratch, mut scratch1) = (Vec::new(), Vec::new());
     while i0 + MR <= m {
-        row_block::<T, F, MR, NR>(g, a, i0, rows, &tail, &mut ap, c);
+        row_block::<T, F, MR, NR, NV>(g, a, i0, rows, &tail, &mut scratch, c, sc);
         i0 += MR;
     }
-    let mut ap1 = Vec::with_capacity(k);
     while i0 < m {
-        row_block::<T, F, 1, NR>(g, a, i0, rows, &tail, &mut ap1, c);
+        row_block::<T, F, 1, NR, NV>(g, a, i0, rows, &tail, &mut scratch1, c, sc);
         i0 += 1;
     }
 }
 
 macro_rules! dispatch {
     ($name:ident, $at:ident, $t:ty, [$($p512:literal),*], [$($p256:literal),*], [$($p128:literal),*]) => {
-        /// `c = a @ b` at the current ISA level (see the module docs).
-        pub(super) fn $name(g: &Gemm, a: &[$t], b: &[$t], c: &mut [$t]) {
-            $at(crate::simd::isa(), g, a, b, c)
+        /// `c = α·(a @ b) + β·c` at the current ISA level (see the module docs).
+        pub(super) fn $name(g: &Gemm, a: &[$t], b: &[$t], c: &mut [$t], sc: Scale<$t>) {
+            $at(crate::simd::isa(), g, a, b, c, sc)
         }
 
         /// `c = a @ b` at `level`, lowered to what the CPU has (tests run every level
         /// without touching the process-wide one).
-        fn $at(level: crate::simd::Isa, g: &Gemm, a: &[$t], b: &[$t], c: &mut [$t]) {
+        fn $at(
+            level: crate::simd::Isa,
+            g: &Gemm,
+            a: &[$t],
+            b: &[$t],
+            c: &mut [$t],
+            sc: Scale<$t>,
+        ) {
             #[cfg(all(target_arch = "x86_64", not(miri)))]
             #[target_feature(enable = "avx2,fma")]
-            unsafe fn avx2(g: &Gemm, a: &[$t], b: &[$t], c: &mut [$t]) {
-                gemm::<$t, true, $($p256),*>(g, a, b, c)
+            unsafe fn avx2(g: &Gemm, a: &[$t], b: &[$t], c: &mut [$t], sc: Scale<$t>) {
+                gemm::<$t, true, $($p256),*>(g, a, b, c, sc)
             }
             #[cfg(all(target_arch = "x86_64", not(miri)))]
             #[target_feature(enable = "avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")]
-            unsafe fn avx512(g: &Gemm, a: &[$t], b: &[$t], c: &mut [$t]) {
-                gemm::<$t, true, $($p512),*>(g, a, b, c)
+            unsafe fn avx512(g: &Gemm, a: &[$t], b: &[$t], c: &mut [$t], sc: Scale<$t>) {
+                gemm::<$t, true, $($p512),*>(g, a, b, c, sc)
             }
             match level.min(crate::simd::detected_isa()) {
                 #[cfg(all(target_arch = "x86_64", not(miri)))]
                 // SAFETY: the level is clamped to `detected_isa()`, which reports `Avx512` only
                 // if it found avx512f/vl/dq/bw, avx2 and fma on this CPU.
-                crate::simd::Isa::Avx512 => unsafe { avx512(g, a, b, c) },
+                crate::simd::Isa::Avx512 => unsafe { avx512(g, a, b, c, sc) },
                 #[cfg(all(target_arch = "x86_64", not(miri)))]
                 // SAFETY: clamped as above: `Avx2` only if the CPU has avx2 and fma.
-                crate::simd::Isa::Avx2 => unsafe { avx2(g, a, b, c) },
-                _ => gemm::<$t, false, $($p128),*>(g, a, b, c),
+                crate::simd::Isa::Avx2 => unsafe { avx2(g, a, b, c, sc) },
+                _ => gemm::<$t, false, $($p128),*>(g, a, b, c, sc),
             }
         }
     };
 }
 
-// MR, NR per level.
-dispatch!(sgemm, sgemm_at, f32, [4, 32], [4, 16], [4, 8]);
-dispatch!(dgemm, dgemm_at, f64, [4, 16], [4, 8], [4, 4]);
+// MR, NR (columns per block: four vectors at AVX-512, two below) and NV (one vector) per level.
+dispatch!(sgemm, sgemm_at, f32, [4, 64, 16], [4, 16, 8], [4, 8, 4]);
+dispatch!(dgemm, dgemm_at, f64, [4, 32, 8], [4, 8, 4], [4, 4, 2]);
 
 #[cfg(test)]
 mod tests {
@@ -279,24 +388,40 @@ mod tests {
             };
             assert!(g.in_bounds(a64.len(), b64.len(), m * n));
             let want = naive(&g, &a64, &b64);
-            let mut c = vec![f64::NAN; m * n];
-            dgemm_at(level, &g, &a64, &b64, &mut c);
-            // The inputs are multiples of 1/4 and 1/2 with small sums: exact in f64 and f32.
-            assert_eq!(
-                c,
-                want,
-                "f64 {m}x{k}x{n} {level:?} {:?}",
-                (rsa, csa, rsb, csb)
-            );
-            let mut c32 = vec![f32::NAN; m * n];
-            sgemm_at(level, &g, &a32, &b32, &mut c32);
-            let c32: Vec<f64> = c32.iter().map(|&x| x as f64).collect();
-            assert_eq!(
-                c32,
-                want,
-                "f32 {m}x{k}x{n} {level:?} {:?}",
-                (rsa, csa, rsb, csb)
-            );
+            // `c = α·(a@b) + β·c` for the plain product, a scaled one over a `c` that must
+            // not be read (NaN), and an SGD-like update of a prefilled `c`.
+            let prior: Vec<f64> = (0..m * n).map(|x| (x % 9) as f64 * 0.5 - 2.0).collect();
+            for (alpha, beta) in [(1.0, 0.0), (2.0, 0.0), (-0.5, 1.0), (1.0, -1.0)] {
+                let expect: Vec<f64> = want
+                    .iter()
+                    .zip(&prior)
+                    .map(|(&p, &c)| alpha * p + beta * c)
+                    .collect();
+                let start = |x: f64| if beta == 0.0 { f64::NAN } else { x };
+                let mut c: Vec<f64> = prior.iter().map(|&x| start(x)).collect();
+                dgemm_at(level, &g, &a64, &b64, &mut c, Scale { alpha, beta });
+                // The inputs are multiples of 1/4 and 1/2 with small sums, the coefficients
+                // powers of two: every result is exact in f64 and f32.
+                assert_eq!(
+                    c,
+                    expect,
+                    "f64 {m}x{k}x{n} {level:?} {:?} α={alpha} β={beta}",
+                    (rsa, csa, rsb, csb)
+                );
+                let mut c32: Vec<f32> = prior.iter().map(|&x| start(x) as f32).collect();
+                let sc = Scale {
+                    alpha: alpha as f32,
+                    beta: beta as f32,
+                };
+                sgemm_at(level, &g, &a32, &b32, &mut c32, sc);
+                let c32: Vec<f64> = c32.iter().map(|&x| x as f64).collect();
+                assert_eq!(
+                    c32,
+                    expect,
+                    "f32 {m}x{k}x{n} {level:?} {:?} α={alpha} β={beta}",
+                    (rsa, csa, rsb, csb)
+                );
+            }
         }
     }
 
