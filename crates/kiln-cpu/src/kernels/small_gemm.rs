@@ -102,36 +102,146 @@ impl<T: Copy, const MR: usize> Panel<T, MR> for Packed<'_, T, MR> {
     }
 }
 
-/// The `MR × NR` block `a @ b[.., j0..j0+NR]` over `k` steps, `a` being `MR` rows.
-#[inline(always)]
-fn block<T: Real, P: Panel<T, MR>, const F: bool, const MR: usize, const NR: usize>(
-    a: P,
-    k: usize,
-    b: Rows<'_, T>,
-    j0: usize,
-) -> [[T; NR]; MR] {
-    let mut acc = [[T::default(); NR]; MR];
-    let mut off = b.off + j0 as isize;
-    for p in 0..k {
-        let start = off as usize;
-        let brow: &[T; NR] = b.data[start..start + NR].try_into().expect("NR elements");
-        let x = a.at(p);
-        for r in 0..MR {
-            for l in 0..NR {
-                acc[r][l] = T::madd::<F>(x[r], brow[l], acc[r][l]);
+/// How one ISA level computes a register block: the `MR × NR` block
+/// `a @ b[.., j0..j0+NR]` over `k` steps, `a` being `MR` rows.
+trait Micro<T> {
+    fn block<P: Panel<T, MR>, const MR: usize, const NR: usize>(
+        a: P,
+        k: usize,
+        b: Rows<'_, T>,
+        j0: usize,
+    ) -> [[T; NR]; MR];
+}
+
+/// Arrays LLVM vectorises at the level of the copy it is compiled into (`F`: fused
+/// multiply-adds).
+struct Lanes<const F: bool>;
+
+impl<T: Real, const F: bool> Micro<T> for Lanes<F> {
+    #[inline(always)]
+    fn block<P: Panel<T, MR>, const MR: usize, const NR: usize>(
+        a: P,
+        k: usize,
+        b: Rows<'_, T>,
+        j0: usize,
+    ) -> [[T; NR]; MR] {
+        let mut acc = [[T::default(); NR]; MR];
+        let mut off = b.off + j0 as isize;
+        for p in 0..k {
+            let start = off as usize;
+            let brow: &[T; NR] = b.data[start..start + NR].try_into().expect("NR elements");
+            let x = a.at(p);
+            for r in 0..MR {
+                for l in 0..NR {
+                    acc[r][l] = T::madd::<F>(x[r], brow[l], acc[r][l]);
+                }
+            }
+            off += b.rs;
+        }
+        acc
+    }
+}
+
+/// 512-bit registers through intrinsics, for the AVX-512 copies only. The arrays of
+/// [`Lanes`] follow the target's preferred vector width: built with `-C target-cpu=native`
+/// on this machine LLVM prefers 256-bit vectors, and the 4×64 f32 block then needs 32
+/// `ymm` accumulators and spills (W6 7.1 → 17.9 µs per iteration); here the width is fixed.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+struct Zmm;
+
+/// The intrinsic blocks: `$lanes` elements per register, at most four registers per row.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+macro_rules! zmm_block {
+    ($t:ty, $f:ident, $lanes:literal, $zero:ident, $load:ident, $store:ident, $set1:ident, $fmadd:ident) => {
+        #[target_feature(enable = "avx512f")]
+        #[inline]
+        fn $f<P: Panel<$t, MR>, const MR: usize, const NR: usize>(
+            a: P,
+            k: usize,
+            b: Rows<'_, $t>,
+            j0: usize,
+        ) -> [[$t; NR]; MR] {
+            use std::arch::x86_64::*;
+            let nv = NR / $lanes;
+            assert!(
+                NR == nv * $lanes && nv <= 4,
+                "{NR} columns in 512-bit registers"
+            );
+            let mut acc = [[$zero(); 4]; MR];
+            let mut off = b.off + j0 as isize;
+            for p in 0..k {
+                let start = off as usize;
+                let brow: &[$t; NR] = b.data[start..start + NR].try_into().expect("NR elements");
+                let mut bv = [$zero(); 4];
+                for (v, reg) in bv.iter_mut().enumerate().take(nv) {
+                    // SAFETY: `brow` holds `NR = nv·$lanes` elements, so the `$lanes` from
+                    // `v·$lanes` (`v < nv`) lie inside it; `loadu` needs no alignment.
+                    *reg = unsafe { $load(brow.as_ptr().add(v * $lanes)) };
+                }
+                let x = a.at(p);
+                for r in 0..MR {
+                    let xr = $set1(x[r]);
+                    for v in 0..nv {
+                        acc[r][v] = $fmadd(xr, bv[v], acc[r][v]);
+                    }
+                }
+                off += b.rs;
+            }
+            let mut out = [[0.0; NR]; MR];
+            for r in 0..MR {
+                for v in 0..nv {
+                    // SAFETY: `out[r]` holds `NR` elements: as for the loads above.
+                    unsafe { $store(out[r].as_mut_ptr().add(v * $lanes), acc[r][v]) };
+                }
+            }
+            out
+        }
+
+        impl Micro<$t> for Zmm {
+            #[inline(always)]
+            fn block<P: Panel<$t, MR>, const MR: usize, const NR: usize>(
+                a: P,
+                k: usize,
+                b: Rows<'_, $t>,
+                j0: usize,
+            ) -> [[$t; NR]; MR] {
+                // SAFETY: `Zmm` is named only in the AVX-512 copies of `dispatch!`, which run
+                // only when `detected_isa()` found AVX-512F on this CPU.
+                unsafe { $f::<P, MR, NR>(a, k, b, j0) }
             }
         }
-        off += b.rs;
-    }
-    acc
+    };
 }
+
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+zmm_block!(
+    f32,
+    zmm_f32,
+    16,
+    _mm512_setzero_ps,
+    _mm512_loadu_ps,
+    _mm512_storeu_ps,
+    _mm512_set1_ps,
+    _mm512_fmadd_ps
+);
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+zmm_block!(
+    f64,
+    zmm_f64,
+    8,
+    _mm512_setzero_pd,
+    _mm512_loadu_pd,
+    _mm512_storeu_pd,
+    _mm512_set1_pd,
+    _mm512_fmadd_pd
+);
 
 /// Rows `i0..i0+MR` of `c`. Rows of `a` with unit column stride are read in place; others
 /// are first copied into `scratch` (a `k × MR` panel: contiguous copies when `a` is
 /// transposed).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn row_block<T: Real, const F: bool, const MR: usize, const NR: usize, const NV: usize>(
+fn row_block<T: Real, K: Micro<T>, const MR: usize, const NR: usize, const NV: usize>(
     g: &Gemm,
     a: &[T],
     i0: usize,
@@ -148,7 +258,7 @@ fn row_block<T: Real, const F: bool, const MR: usize, const NR: usize, const NV:
             let start = base(r) as usize;
             &a[start..start + k]
         }));
-        columns::<T, _, F, MR, NR, NV>(rows, g, i0, b, tail, c, sc);
+        columns::<T, K, _, MR, NR, NV>(rows, g, i0, b, tail, c, sc);
     } else {
         scratch.clear();
         let first = base(0);
@@ -161,7 +271,7 @@ fn row_block<T: Real, const F: bool, const MR: usize, const NR: usize, const NV:
                 std::array::from_fn(|r| a[(at + r as isize * g.rsa) as usize])
             }
         }));
-        columns::<T, _, F, MR, NR, NV>(Packed(scratch), g, i0, b, tail, c, sc);
+        columns::<T, K, _, MR, NR, NV>(Packed(scratch), g, i0, b, tail, c, sc);
     }
 }
 
@@ -169,8 +279,8 @@ fn row_block<T: Real, const F: bool, const MR: usize, const NR: usize, const NV:
 #[inline(always)]
 fn columns<
     T: Real,
+    K: Micro<T>,
     P: Panel<T, MR>,
-    const F: bool,
     const MR: usize,
     const NR: usize,
     const NV: usize,
@@ -186,14 +296,14 @@ fn columns<
     let (k, n) = (g.k, g.n);
     let mut j0 = 0;
     while j0 + NR <= n {
-        let acc = block::<T, P, F, MR, NR>(rows, k, b, j0);
+        let acc = K::block::<P, MR, NR>(rows, k, b, j0);
         store(c, n, (i0, j0), &acc, NR, sc);
         j0 += NR;
     }
     // Columns left over: one vector at a time in place, the last partial vector through
     // the zero-padded copy of those columns.
     while j0 + NV <= n {
-        let acc = block::<T, P, F, MR, NV>(rows, k, b, j0);
+        let acc = K::block::<P, MR, NV>(rows, k, b, j0);
         store(c, n, (i0, j0), &acc, NV, sc);
         j0 += NV;
     }
@@ -203,7 +313,7 @@ fn columns<
             off: 0,
             rs: NV as isize,
         };
-        let acc = block::<T, P, F, MR, NV>(rows, k, panel, 0);
+        let acc = K::block::<P, MR, NV>(rows, k, panel, 0);
         store(c, n, (i0, j0), &acc, n - j0, sc);
     }
 }
@@ -239,7 +349,7 @@ fn store<T: Real, const MR: usize, const W: usize>(
 
 /// `c = α·(a @ b) + β·c` for `k > 0`, operands in bounds (checked by the caller).
 #[inline(always)]
-fn gemm<T: Real, const F: bool, const MR: usize, const NR: usize, const NV: usize>(
+fn gemm<T: Real, K: Micro<T>, const MR: usize, const NR: usize, const NV: usize>(
     g: &Gemm,
     a: &[T],
     b: &[T],
@@ -278,11 +388,11 @@ fn gemm<T: Real, const F: bool, const MR: usize, const NR: usize, const NV: usiz
     let mut i0 = 0;
     let (mut scratch, mut scratch1) = (Vec::new(), Vec::new());
     while i0 + MR <= m {
-        row_block::<T, F, MR, NR, NV>(g, a, i0, rows, &tail, &mut scratch, c, sc);
+        row_block::<T, K, MR, NR, NV>(g, a, i0, rows, &tail, &mut scratch, c, sc);
         i0 += MR;
     }
     while i0 < m {
-        row_block::<T, F, 1, NR, NV>(g, a, i0, rows, &tail, &mut scratch1, c, sc);
+        row_block::<T, K, 1, NR, NV>(g, a, i0, rows, &tail, &mut scratch1, c, sc);
         i0 += 1;
     }
 }
@@ -307,12 +417,12 @@ macro_rules! dispatch {
             #[cfg(all(target_arch = "x86_64", not(miri)))]
             #[target_feature(enable = "avx2,fma")]
             unsafe fn avx2(g: &Gemm, a: &[$t], b: &[$t], c: &mut [$t], sc: Scale<$t>) {
-                gemm::<$t, true, $($p256),*>(g, a, b, c, sc)
+                gemm::<$t, Lanes<true>, $($p256),*>(g, a, b, c, sc)
             }
             #[cfg(all(target_arch = "x86_64", not(miri)))]
             #[target_feature(enable = "avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")]
             unsafe fn avx512(g: &Gemm, a: &[$t], b: &[$t], c: &mut [$t], sc: Scale<$t>) {
-                gemm::<$t, true, $($p512),*>(g, a, b, c, sc)
+                gemm::<$t, Zmm, $($p512),*>(g, a, b, c, sc)
             }
             match level.min(crate::simd::detected_isa()) {
                 #[cfg(all(target_arch = "x86_64", not(miri)))]
@@ -322,7 +432,7 @@ macro_rules! dispatch {
                 #[cfg(all(target_arch = "x86_64", not(miri)))]
                 // SAFETY: clamped as above: `Avx2` only if the CPU has avx2 and fma.
                 crate::simd::Isa::Avx2 => unsafe { avx2(g, a, b, c, sc) },
-                _ => gemm::<$t, false, $($p128),*>(g, a, b, c, sc),
+                _ => gemm::<$t, Lanes<false>, $($p128),*>(g, a, b, c, sc),
             }
         }
     };
