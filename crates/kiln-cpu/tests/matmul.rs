@@ -384,7 +384,7 @@ fn scalar_in_an_epilogue() {
 /// An epilogue over the product `a`, one addend `l` (input 2) and the scalar `s`.
 #[derive(Clone, Copy, Debug)]
 enum Form {
-    // affine: run inside the GEMM as C = α·A@B + β·L for products above the small-GEMM bound
+    // affine: run inside the GEMM as C = α·A@B + β·L (matrixmultiply's or the small GEMM's)
     APlusL,
     LPlusA,
     LMinusAs,
@@ -549,13 +549,14 @@ fn form_plan(
 #[test]
 fn affine_epilogues_equal_the_reference() {
     // Every form, f32 and f64, with the addend as a broadcast bias row, a full matrix and a
-    // transposed view, over products above the small-GEMM bounds (the affine ones run inside
-    // matrixmultiply's C = α·A@B + β·C) and below them, batched (inside the small GEMM's
-    // C = α·A@B + β·C).
+    // transposed view, over a product above the small-GEMM bounds (k·n = 4224 > 64·64: the
+    // affine ones run inside matrixmultiply's C = α·A@B + β·C) and below them, batched, with
+    // a leftover row and a column tail (inside the small GEMM's store).
     let mut seed = 100;
     for &(batch, m, k, n) in &[
         (1, 176, 24, 176),
         (1, 48, 40, 48),
+        (1, 45, 33, 70),
         (2, 40, 33, 40),
         (1, 4, 3, 4),
     ] {

@@ -126,7 +126,7 @@ pub fn run(
             &plain,
         ),
         (Some(_), Some(split)) => {
-            // Affine in the product and worth `matrixmultiply`'s β: C ← β·L first (in place
+            // Affine in the product (either GEMM's C = α·A@B + β·C): C ← β·L first (in place
             // when L is the output itself), then C ← α·A@B + C, then the rest of the
             // epilogue over C in place. Otherwise the product goes into C and the whole
             // epilogue runs over it in place. Both run per block of output rows, inside the
@@ -605,10 +605,12 @@ impl GemmFloat for f64 {
 const SMALL_ROWS: usize = 16;
 /// Bound on `m·k·n` for the few-row products (single-threaded there).
 const SMALL_ROWS_MAX_MACS: usize = 1 << 25;
-/// Products of any shape up to this `m·k·n` take [`small_gemm`].
+/// Products of any layout up to this `m·k·n` take [`small_gemm`].
+const SMALL_ANY_MACS: usize = 32 * 32 * 32;
+/// Products whose left operand has unit column stride take [`small_gemm`] up to this `m·k·n`.
 const SMALL_MACS: usize = 64 * 64 * 64;
-/// Products whose right operand has at most this many elements (`k·n`: 16 KiB of `f32`)
-/// take [`small_gemm`] below [`PAR_GEMM_MACS`].
+/// ... or, below [`PAR_GEMM_MACS`], when the right operand has at most this many elements
+/// (`k·n`: 16 KiB of `f32`).
 const SMALL_B_ELEMS: usize = 64 * 64;
 /// Products of at least this many multiply-adds split their rows over the rayon pool
 /// (~2M: 15–20 µs on one core, where waking a second thread starts to pay).
@@ -651,21 +653,25 @@ impl Gemm {
     /// Whether the product goes to [`small_gemm`] rather than `matrixmultiply`: few rows
     /// (where `matrixmultiply` packs the whole right operand into a fresh buffer for a few
     /// passes over it: 1×256×768 f32 took 72 µs there and 12 µs here, 16×256×768 77 µs and
-    /// 63 µs), a small product, or a right operand that stays in L1 (f32, one core: 64³
-    /// 4.8 µs there and 3.1 µs here, 256×64×64 17.7 and 12.9 µs; f64 64³ 10.0 and 6.3 µs).
-    /// From about 16K elements of right operand (128³: 33 vs 37 µs) `matrixmultiply`'s
-    /// packed panels win, and from [`PAR_GEMM_MACS`] its row blocks run on all cores.
+    /// 63 µs), a tiny product, or — when the rows of `a` are contiguous, so the kernel reads
+    /// them in place — a small product or a right operand that stays in L1 (f32, one core:
+    /// 64³ 4.8 µs there and 3.1 µs here, 256×64×64 17.7 and 12.9 µs; f64 64³ 10.0 and
+    /// 6.3 µs). A transposed `a` stays on `matrixmultiply`, whose packing reads it in panels:
+    /// the small kernel copies it four rows at a time with a stride of `m` (`xᵀ @ g` at
+    /// 784×32×10 f32: 21 µs here, 9 µs there). From [`PAR_GEMM_MACS`] `matrixmultiply`'s
+    /// row blocks run on all cores.
     pub(super) fn small(&self) -> bool {
         let macs = self.m.saturating_mul(self.k).saturating_mul(self.n);
         let b_elems = self.k.saturating_mul(self.n);
         (self.m <= SMALL_ROWS && macs <= SMALL_ROWS_MAX_MACS)
-            || macs <= SMALL_MACS
-            || (b_elems <= SMALL_B_ELEMS && macs < PAR_GEMM_MACS)
+            || macs <= SMALL_ANY_MACS
+            || (self.csa == 1
+                && (macs <= SMALL_MACS || (b_elems <= SMALL_B_ELEMS && macs < PAR_GEMM_MACS)))
     }
 
     /// The float product into `c` (position `base` of the output onwards), with `around`'s
-    /// work on each block of rows: [`small_gemm`] in one block for small products without
-    /// `coefs`, else `matrixmultiply` over blocks of rows ([`Self::split_rows`]).
+    /// work on each block of rows: [`small_gemm`] in one block for small products, else
+    /// `matrixmultiply` over blocks of rows ([`Self::split_rows`]).
     fn float_blocks<T: GemmFloat>(
         &self,
         a: &[T],

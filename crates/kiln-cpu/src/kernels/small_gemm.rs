@@ -11,16 +11,19 @@
 //! right operand whose column stride is not 1 is first copied into a contiguous `k × n`
 //! matrix.
 //!
-//! Like the other hot loops, the kernel is `#[inline(always)]` generic code compiled for the
-//! current [`crate::isa`] level: `NR` is four vector registers wide at the AVX-512 level (32
-//! registers) and two below it (16), `MR = 4`, so a block is sixteen (eight) accumulator registers,
-//! enough independent multiply-adds to keep both FMA units busy (64³ f32 on one core: 82
-//! GMAC/s at AVX-512, `matrixmultiply` 53 with its packing). Every element is an ordered sum
-//! over `p` of `a[i,p]·b[p,j]` (fused at the AVX2 and AVX-512 levels), so results do not
-//! depend on the block an element falls in.
+//! Like the other hot loops, the kernel is `#[inline(always)]` generic code compiled once per
+//! [`crate::isa`] level: `NR` is four vector registers wide at the AVX-512 level (32
+//! registers) and two below it (16), `MR = 4`, so a block is sixteen (eight) accumulator
+//! registers, enough independent multiply-adds to keep both FMA units busy (64³ f32 on one
+//! core: 78–85 GMAC/s at AVX-512, `matrixmultiply` 53 with its packing). The register block
+//! itself ([`Micro`]) is portable array code below AVX-512 and `std::arch` intrinsics at
+//! AVX-512 ([`Zmm`]: a fixed vector width whatever the target's preferred width). Every
+//! element is an ordered sum over `p` of `a[i,p]·b[p,j]` (fused at the AVX2 and AVX-512
+//! levels), so results do not depend on the block an element falls in.
 //!
-//! All indexing is safe (bounds-checked slices); the only `unsafe` is the call into the
-//! `#[target_feature]` copies, as in [`crate::simd`].
+//! All indexing is safe (bounds-checked slices). `unsafe`: the calls into the
+//! `#[target_feature]` copies (as in [`crate::simd`]) and the AVX-512 block's unaligned
+//! vector loads and stores inside fixed-size arrays; all compiled out under Miri.
 
 use super::matmul::Gemm;
 
@@ -205,6 +208,7 @@ macro_rules! zmm_block {
                 b: Rows<'_, $t>,
                 j0: usize,
             ) -> [[$t; NR]; MR] {
+                debug_assert!(crate::simd::detected_isa() >= crate::simd::Isa::Avx512);
                 // SAFETY: `Zmm` is named only in the AVX-512 copies of `dispatch!`, which run
                 // only when `detected_isa()` found AVX-512F on this CPU.
                 unsafe { $f::<P, MR, NR>(a, k, b, j0) }
@@ -404,8 +408,8 @@ macro_rules! dispatch {
             $at(crate::simd::isa(), g, a, b, c, sc)
         }
 
-        /// `c = a @ b` at `level`, lowered to what the CPU has (tests run every level
-        /// without touching the process-wide one).
+        /// `c = α·(a @ b) + β·c` at `level`, lowered to what the CPU has (tests run every
+        /// level without touching the process-wide one).
         fn $at(
             level: crate::simd::Isa,
             g: &Gemm,
@@ -567,11 +571,12 @@ mod tests {
     }
 
     #[test]
-    fn every_size_from_1_to_70_in_each_dimension() {
+    fn every_size_from_1_to_100_in_each_dimension() {
         let sizes: Vec<usize> = if cfg!(miri) {
             vec![1, 6]
         } else {
-            (1..=70).collect()
+            // Up to 100: a full 64-column block, then a 16-column vector and a partial one.
+            (1..=100).collect()
         };
         for &s in &sizes {
             check(crate::simd::isa(), s, 3, 5, false);
