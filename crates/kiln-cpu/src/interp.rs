@@ -173,23 +173,31 @@ impl<'p> Interp<'p> {
         for &r in &program.results {
             last_use[r as usize] = usize::MAX;
         }
-        // Pairs run as one pass: `i` fuses into `i + 1` when that reads it exactly once and
-        // nothing else does, both are float `+ - * /` of one dtype, and `i` is not itself
-        // the second of a pair. `i`'s operands then live until `i + 1`.
+        // Pairs run as one pass: `i` fuses into `j`, the next instruction that is not a load
+        // or a scalar (those run as their own steps before `j`, or not at all when read in
+        // place), when `j` reads `i` exactly once and nothing else does, both are float
+        // `+ - * /` of one dtype, and `i` is not itself the second of a pair. `i`'s operands
+        // then live until `j`. The compiler emits each load just before its first reader, so
+        // `(a*b + c)*d - a` is `a, b, *, c, +, d, *, -`: two pairs, two passes.
         let mut pair: Vec<Option<(usize, bool)>> = vec![None; insts.len()];
         let mut fused = vec![false; insts.len()];
-        for i in 0..insts.len().saturating_sub(1) {
-            let (InstOp::Binary(first, ..), InstOp::Binary(second, u, v)) =
-                (&insts[i].op, &insts[i + 1].op)
-            else {
+        let passive = |op: &InstOp| matches!(op, InstOp::Load(_) | InstOp::Scalar(_) | InstOp::Acc);
+        for i in 0..insts.len() {
+            let InstOp::Binary(first, ..) = &insts[i].op else {
+                continue;
+            };
+            let Some(j) = (i + 1..insts.len()).find(|&j| !passive(&insts[j].op)) else {
+                continue;
+            };
+            let InstOp::Binary(second, u, v) = &insts[j].op else {
                 continue;
             };
             let dt = insts[i].dtype;
             if pair[i].is_some()
-                || last_use[i] != i + 1
+                || last_use[i] != j
                 || natural[i] != dt
-                || natural[i + 1] != dt
-                || insts[i + 1].dtype != dt
+                || natural[j] != dt
+                || insts[j].dtype != dt
                 || !ops::fuses(*first, *second, dt)
             {
                 continue;
@@ -199,11 +207,11 @@ impl<'p> Interp<'p> {
                 (false, true) => false,
                 _ => continue,
             };
-            pair[i + 1] = Some((i, left));
+            pair[j] = Some((i, left));
             fused[i] = true;
             for x in operands(&insts[i].op) {
                 if last_use[x as usize] == i {
-                    last_use[x as usize] = i + 1;
+                    last_use[x as usize] = j;
                 }
             }
         }
@@ -682,6 +690,39 @@ mod tests {
         // z - x*y: the fused value on the right.
         let got = pairs(&[(Mul, 0, 1), (Sub, 2, 4)], &[5]);
         assert_eq!(got, vec![(5, Some((4, false)))]);
+    }
+
+    #[test]
+    fn pairs_skip_the_loads_between_them() {
+        // ((x*y + z)*w - x) as the compiler emits it: x, y, *, z, +, w, *, -.
+        let data = vec![1.0f32; 8];
+        let srcs: Vec<Src<'_>> = (0..4)
+            .map(|_| Src {
+                kind: SrcKind::Data(TSlice::F32(&data)),
+                dtype: DType::F32,
+                walk: Walk::contiguous(8, 0),
+            })
+            .collect();
+        let f = |op| Inst {
+            op,
+            dtype: DType::F32,
+        };
+        let program = Program {
+            insts: vec![
+                f(InstOp::Load(0)),
+                f(InstOp::Load(1)),
+                f(InstOp::Binary(Mul, 0, 1)),
+                f(InstOp::Load(2)),
+                f(InstOp::Binary(Add, 2, 3)),
+                f(InstOp::Load(3)),
+                f(InstOp::Binary(Mul, 4, 5)),
+                f(InstOp::Binary(Sub, 6, 0)),
+            ],
+            results: [7].into_iter().collect(),
+        };
+        let interp = Interp::new(&program, &srcs, None, &[], 8).expect("valid program");
+        let steps: Vec<_> = interp.steps.iter().map(|s| (s.inst, s.pair)).collect();
+        assert_eq!(steps, vec![(4, Some((2, true))), (7, Some((6, true)))]);
     }
 
     #[test]

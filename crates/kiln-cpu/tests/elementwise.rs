@@ -757,4 +757,47 @@ fn fused_arithmetic_pairs_round_like_separate_ops() {
     let abcd = build::binary(BinaryOp::Mul, &abc, &nd[3]).unwrap();
     let r = build::binary(BinaryOp::Sub, &abcd, &nd[0]).unwrap();
     check(pb, &[&r], 0.0);
+
+    // The same chain in the order the compiler emits it (each load just before its first
+    // reader, so the pairs skip over loads), with `b` transposed and `c` a broadcast row,
+    // both read through registers: `c`'s load runs between the two instructions of the first
+    // pair and must not take `b`'s register, which lives until the pair runs.
+    let (rows, cols) = (301, 700);
+    let dims = [rows, cols];
+    let full: Vec<HostData> = (0..3).map(|s| f32s(rows * cols, 20 + s)).collect();
+    let row = f32s(cols, 30);
+    let bt = f32s(rows * cols, 31);
+    let mut pb = Pb::new();
+    let ins = vec![
+        pb.param(full[0].clone(), &dims, &[]),
+        pb.param(bt.clone(), &[cols, rows], &[VOp::Permute(vec![1, 0])]),
+        pb.param(
+            row.clone(),
+            &[cols],
+            &[
+                VOp::Reshape(vec![1, cols]),
+                VOp::Broadcast(vec![rows, cols]),
+            ],
+        ),
+        pb.param(full[2].clone(), &dims, &[]),
+    ];
+    let mut p = P::new();
+    let a = p.load(0, DType::F32);
+    let b = p.load(1, DType::F32);
+    let ab = p.bin(BinaryOp::Mul, a, b);
+    let c = p.load(2, DType::F32);
+    let abc = p.bin(BinaryOp::Add, ab, c);
+    let d = p.load(3, DType::F32);
+    let abcd = p.bin(BinaryOp::Mul, abc, d);
+    let r = p.bin(BinaryOp::Sub, abcd, a);
+    let outs = pb.kernel(ew(p.done(&[r])), &dims, ins, &[(DType::F32, &dims)]);
+    pb.output(outs[0]);
+    let (an, dn) = (node(full[0].clone(), &dims), node(full[2].clone(), &dims));
+    let bn = build::permute(&node(bt, &[cols, rows]), &[1, 0]).unwrap();
+    let cn = build::broadcast_to(&node(row, &[cols]), &Shape::from(dims)).unwrap();
+    let ab = build::binary(BinaryOp::Mul, &an, &bn).unwrap();
+    let abc = build::binary(BinaryOp::Add, &ab, &cn).unwrap();
+    let abcd = build::binary(BinaryOp::Mul, &abc, &dn).unwrap();
+    let r = build::binary(BinaryOp::Sub, &abcd, &an).unwrap();
+    check(pb, &[&r], 0.0);
 }
