@@ -173,28 +173,35 @@ impl<'p> Interp<'p> {
         for &r in &program.results {
             last_use[r as usize] = usize::MAX;
         }
-        // Pairs run as one pass: `i` fuses into `j`, the next instruction that is not a load
-        // or a scalar (those run as their own steps before `j`, or not at all when read in
-        // place), when `j` reads `i` exactly once and nothing else does, both are float
-        // `+ - * /` of one dtype, and `i` is not itself the second of a pair. `i`'s operands
-        // then live until `j`. The compiler emits each load just before its first reader, so
-        // `(a*b + c)*d - a` is `a, b, *, c, +, d, *, -`: two pairs, two passes.
+        // Pairs run as one pass: `i` fuses into `j`, the only instruction reading it (read
+        // once there; no result is `i`), when both are float `+ - * /` of one dtype, `i` is
+        // not itself the second of a pair and `j` has no first yet. `i` is then computed
+        // inside `j`'s step, so its operands live until `j`. Whatever runs between the two
+        // does not read `i`: the compiler's order `a, b, *, c, +, d, *, -` for
+        // `(a*b + c)*d - a` (each load just before its first reader) makes two pairs, two
+        // passes, and so does `a*b + tanh(c)` computed as `*`, `tanh`, `+`.
+        let mut readers = vec![0usize; insts.len()];
+        for inst in insts {
+            for v in operands(&inst.op) {
+                readers[v as usize] += 1;
+            }
+        }
         let mut pair: Vec<Option<(usize, bool)>> = vec![None; insts.len()];
         let mut fused = vec![false; insts.len()];
-        let passive = |op: &InstOp| matches!(op, InstOp::Load(_) | InstOp::Scalar(_) | InstOp::Acc);
         for i in 0..insts.len() {
             let InstOp::Binary(first, ..) = &insts[i].op else {
                 continue;
             };
-            let Some(j) = (i + 1..insts.len()).find(|&j| !passive(&insts[j].op)) else {
+            let j = last_use[i];
+            if readers[i] != 1 || j >= insts.len() {
                 continue;
-            };
+            }
             let InstOp::Binary(second, u, v) = &insts[j].op else {
                 continue;
             };
             let dt = insts[i].dtype;
             if pair[i].is_some()
-                || last_use[i] != j
+                || pair[j].is_some()
                 || natural[i] != dt
                 || natural[j] != dt
                 || insts[j].dtype != dt
@@ -209,10 +216,10 @@ impl<'p> Interp<'p> {
             };
             pair[j] = Some((i, left));
             fused[i] = true;
+            // Read at `j` now (results already live to the end).
             for x in operands(&insts[i].op) {
-                if last_use[x as usize] == i {
-                    last_use[x as usize] = j;
-                }
+                let x = x as usize;
+                last_use[x] = last_use[x].max(j);
             }
         }
         // Register assignment (registers hold a block, or the whole space if smaller).
@@ -693,7 +700,7 @@ mod tests {
     }
 
     #[test]
-    fn pairs_skip_the_loads_between_them() {
+    fn pairs_skip_what_runs_between_them() {
         // ((x*y + z)*w - x) as the compiler emits it: x, y, *, z, +, w, *, -.
         let data = vec![1.0f32; 8];
         let srcs: Vec<Src<'_>> = (0..4)
@@ -723,6 +730,21 @@ mod tests {
         let interp = Interp::new(&program, &srcs, None, &[], 8).expect("valid program");
         let steps: Vec<_> = interp.steps.iter().map(|s| (s.inst, s.pair)).collect();
         assert_eq!(steps, vec![(4, Some((2, true))), (7, Some((6, true)))]);
+        // x*y + (-z): the product fuses into its reader across the negation.
+        let program = Program {
+            insts: vec![
+                f(InstOp::Load(0)),
+                f(InstOp::Load(1)),
+                f(InstOp::Load(2)),
+                f(InstOp::Binary(Mul, 0, 1)),
+                f(InstOp::Unary(kiln_ir::UnaryOp::Neg, 2)),
+                f(InstOp::Binary(Add, 3, 4)),
+            ],
+            results: [5].into_iter().collect(),
+        };
+        let interp = Interp::new(&program, &srcs, None, &[], 8).expect("valid program");
+        let steps: Vec<_> = interp.steps.iter().map(|s| (s.inst, s.pair)).collect();
+        assert_eq!(steps, vec![(4, None), (5, Some((3, true)))]);
     }
 
     #[test]

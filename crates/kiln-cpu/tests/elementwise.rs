@@ -800,4 +800,34 @@ fn fused_arithmetic_pairs_round_like_separate_ops() {
     let abcd = build::binary(BinaryOp::Mul, &abc, &dn).unwrap();
     let r = build::binary(BinaryOp::Sub, &abcd, &an).unwrap();
     check(pb, &[&r], 0.0);
+
+    // A pair whose instructions are apart, with an instruction between them that reads one
+    // of the first's operands: `(x*y + (-x))*y` as `x, y, *, neg x, +, *`, `x` transposed (in
+    // a register, which must live until the pair runs, not only until `neg`; the pair's
+    // result goes to a register too, which must not be `x`'s).
+    let xt = f32s(rows * cols, 32);
+    let yd = f32s(rows * cols, 33);
+    let mut pb = Pb::new();
+    let ins = vec![
+        pb.param(xt.clone(), &[cols, rows], &[VOp::Permute(vec![1, 0])]),
+        pb.param(yd.clone(), &dims, &[]),
+    ];
+    let mut p = P::new();
+    let x = p.load(0, DType::F32);
+    let y = p.load(1, DType::F32);
+    let xy = p.bin(BinaryOp::Mul, x, y);
+    let nx = p.un(UnaryOp::Neg, x);
+    let s = p.bin(BinaryOp::Add, xy, nx);
+    let r = p.bin(BinaryOp::Mul, s, y);
+    let outs = pb.kernel(ew(p.done(&[r])), &dims, ins, &[(DType::F32, &dims)]);
+    pb.output(outs[0]);
+    let (xn, yn) = (
+        build::permute(&node(xt, &[cols, rows]), &[1, 0]).unwrap(),
+        node(yd, &dims),
+    );
+    let xy = build::binary(BinaryOp::Mul, &xn, &yn).unwrap();
+    let nx = build::unary(UnaryOp::Neg, &xn).unwrap();
+    let s = build::binary(BinaryOp::Add, &xy, &nx).unwrap();
+    let r = build::binary(BinaryOp::Mul, &s, &yn).unwrap();
+    check(pb, &[&r], 0.0);
 }
