@@ -651,8 +651,8 @@ mod tests {
     use kiln_compiler::Inst;
     use kiln_ir::BinaryOp::{self, *};
 
-    /// Loads 0..4 of four f32 sources, then `ops` (operands index earlier values), results.
-    fn pairs(ops: &[(BinaryOp, u32, u32)], results: &[u32]) -> Vec<(usize, Option<(usize, bool)>)> {
+    /// The steps (instruction, fused pair) of `insts` over four contiguous f32 sources.
+    fn steps(insts: Vec<Inst>, results: &[u32]) -> Vec<(usize, Option<(usize, bool)>)> {
         let data = vec![1.0f32; 8];
         let srcs: Vec<Src<'_>> = (0..4)
             .map(|_| Src {
@@ -661,20 +661,6 @@ mod tests {
                 walk: Walk::contiguous(8, 0),
             })
             .collect();
-        let mut insts: Vec<Inst> = (0..4)
-            .map(|s| Inst {
-                op: InstOp::Load(s),
-                dtype: DType::F32,
-            })
-            .collect();
-        insts.extend(ops.iter().map(|&(op, a, b)| Inst {
-            op: InstOp::Binary(op, a, b),
-            dtype: if op.is_predicate() {
-                DType::Bool
-            } else {
-                DType::F32
-            },
-        }));
         let program = Program {
             insts,
             results: results.iter().copied().collect(),
@@ -689,6 +675,28 @@ mod tests {
         interp.steps.iter().map(|s| (s.inst, s.pair)).collect()
     }
 
+    /// An f32 instruction.
+    fn f32_inst(op: InstOp) -> Inst {
+        Inst {
+            op,
+            dtype: DType::F32,
+        }
+    }
+
+    /// Loads 0..4 of four f32 sources, then `ops` (operands index earlier values), results.
+    fn pairs(ops: &[(BinaryOp, u32, u32)], results: &[u32]) -> Vec<(usize, Option<(usize, bool)>)> {
+        let mut insts: Vec<Inst> = (0..4).map(|s| f32_inst(InstOp::Load(s))).collect();
+        insts.extend(ops.iter().map(|&(op, a, b)| Inst {
+            op: InstOp::Binary(op, a, b),
+            dtype: if op.is_predicate() {
+                DType::Bool
+            } else {
+                DType::F32
+            },
+        }));
+        steps(insts, results)
+    }
+
     #[test]
     fn a_chain_of_four_runs_as_two_pairs() {
         // ((x*y + z)*w - x)
@@ -701,50 +709,31 @@ mod tests {
 
     #[test]
     fn pairs_skip_what_runs_between_them() {
+        use InstOp::{Binary, Load};
         // ((x*y + z)*w - x) as the compiler emits it: x, y, *, z, +, w, *, -.
-        let data = vec![1.0f32; 8];
-        let srcs: Vec<Src<'_>> = (0..4)
-            .map(|_| Src {
-                kind: SrcKind::Data(TSlice::F32(&data)),
-                dtype: DType::F32,
-                walk: Walk::contiguous(8, 0),
-            })
-            .collect();
-        let f = |op| Inst {
-            op,
-            dtype: DType::F32,
-        };
-        let program = Program {
-            insts: vec![
-                f(InstOp::Load(0)),
-                f(InstOp::Load(1)),
-                f(InstOp::Binary(Mul, 0, 1)),
-                f(InstOp::Load(2)),
-                f(InstOp::Binary(Add, 2, 3)),
-                f(InstOp::Load(3)),
-                f(InstOp::Binary(Mul, 4, 5)),
-                f(InstOp::Binary(Sub, 6, 0)),
-            ],
-            results: [7].into_iter().collect(),
-        };
-        let interp = Interp::new(&program, &srcs, None, &[], 8).expect("valid program");
-        let steps: Vec<_> = interp.steps.iter().map(|s| (s.inst, s.pair)).collect();
-        assert_eq!(steps, vec![(4, Some((2, true))), (7, Some((6, true)))]);
+        let insts = [
+            Load(0),
+            Load(1),
+            Binary(Mul, 0, 1),
+            Load(2),
+            Binary(Add, 2, 3),
+            Load(3),
+            Binary(Mul, 4, 5),
+            Binary(Sub, 6, 0),
+        ];
+        let got = steps(insts.into_iter().map(f32_inst).collect(), &[7]);
+        assert_eq!(got, vec![(4, Some((2, true))), (7, Some((6, true)))]);
         // x*y + (-z): the product fuses into its reader across the negation.
-        let program = Program {
-            insts: vec![
-                f(InstOp::Load(0)),
-                f(InstOp::Load(1)),
-                f(InstOp::Load(2)),
-                f(InstOp::Binary(Mul, 0, 1)),
-                f(InstOp::Unary(kiln_ir::UnaryOp::Neg, 2)),
-                f(InstOp::Binary(Add, 3, 4)),
-            ],
-            results: [5].into_iter().collect(),
-        };
-        let interp = Interp::new(&program, &srcs, None, &[], 8).expect("valid program");
-        let steps: Vec<_> = interp.steps.iter().map(|s| (s.inst, s.pair)).collect();
-        assert_eq!(steps, vec![(4, None), (5, Some((3, true)))]);
+        let insts = [
+            Load(0),
+            Load(1),
+            Load(2),
+            Binary(Mul, 0, 1),
+            InstOp::Unary(kiln_ir::UnaryOp::Neg, 2),
+            Binary(Add, 3, 4),
+        ];
+        let got = steps(insts.into_iter().map(f32_inst).collect(), &[5]);
+        assert_eq!(got, vec![(4, None), (5, Some((3, true)))]);
     }
 
     #[test]
