@@ -78,6 +78,73 @@ fn prefetch_lines(base: *const i8, bytes: usize) {
     }
 }
 
+/// Memory the calling thread will read after its current work, hinted a slice at a time
+/// ([`ahead_step`]).
+#[derive(Default)]
+struct Ahead {
+    /// `(address, bytes)` regions still to hint, the next one last.
+    regions: Vec<(usize, usize)>,
+    /// Bytes hinted per step.
+    per_step: usize,
+}
+
+thread_local! {
+    static AHEAD: std::cell::RefCell<Ahead> = std::cell::RefCell::new(Ahead::default());
+}
+
+/// Sets the memory the calling thread reads after its current work (a row group's next
+/// block of rows, see [`crate::kernels::group`]), to be hinted into the cache over `steps`
+/// calls of [`ahead_step`], so that fetching it overlaps the current work instead of
+/// stalling the next block's first reads (row softmax, 4096×1024 f32: one thread
+/// 7.4–7.7 → 5.5–5.9 ms; two threads ~6 %). Replaces what was set before; `&[]` clears it.
+/// The addresses are only ever prefetched, never read, so a region freed before its hint
+/// is harmless.
+pub fn set_ahead(regions: &[(usize, usize)], steps: usize) {
+    let total: usize = regions.iter().map(|r| r.1).sum();
+    AHEAD.with(|a| {
+        let mut a = a.borrow_mut();
+        a.regions.clear();
+        a.regions
+            .extend(regions.iter().rev().filter(|r| r.1 > 0).copied());
+        a.per_step = total.div_ceil(steps.max(1)).next_multiple_of(64);
+    });
+}
+
+/// Hints the next slice of the memory set by [`set_ahead`] into the cache (nothing once
+/// all of it has been hinted). Called once per block by the kernels' block loops.
+#[inline]
+pub fn ahead_step() {
+    AHEAD.with(|a| {
+        let mut a = a.borrow_mut();
+        let mut left = a.per_step;
+        while left > 0 {
+            let Some(r) = a.regions.last_mut() else {
+                return;
+            };
+            let n = left.min(r.1);
+            #[cfg(all(target_arch = "x86_64", not(miri)))]
+            // SAFETY: SSE is part of the x86-64 baseline, so every x86-64 CPU runs the
+            // `#[target_feature(enable = "sse")]` function; a prefetch never faults,
+            // whatever the address.
+            unsafe {
+                prefetch_lines(r.0 as *const i8, n)
+            };
+            r.0 = r.0.wrapping_add(n);
+            r.1 -= n;
+            left -= n;
+            if r.1 == 0 {
+                a.regions.pop();
+            }
+        }
+    });
+}
+
+/// Bytes set by [`set_ahead`] on this thread that [`ahead_step`] has not hinted yet.
+#[cfg(test)]
+fn ahead_left() -> usize {
+    AHEAD.with(|a| a.borrow().regions.iter().map(|r| r.1).sum())
+}
+
 impl Src<'_> {
     /// Hints the CPU to fetch positions `start..end` of contiguous buffer data into the
     /// cache (no effect on other sources, on values, or under Miri).
@@ -399,5 +466,38 @@ mod tests {
         };
         prefetch(&[src, strided, iota], 0, 1 << 30);
         assert_eq!(data[4999], 4999.0);
+    }
+
+    /// The look-ahead hints cover what was set, a rounded-up equal slice per step, over
+    /// several regions and empty ones, and stop when done; a new set replaces the old, and
+    /// addresses that are not the thread's data (freed memory, the top of the address
+    /// space) are hinted without a fault.
+    #[test]
+    fn ahead_hints_what_was_set_over_its_steps() {
+        let data = vec![0u8; 1200];
+        let at = data.as_ptr() as usize;
+        set_ahead(&[(at, 1000), (at + 1000, 0), (at + 1000, 200)], 3);
+        assert_eq!(ahead_left(), 1200);
+        // 1200 / 3 = 400 bytes a step, rounded up to whole lines: 448.
+        for left in [752, 304, 0, 0] {
+            ahead_step();
+            assert_eq!(ahead_left(), left);
+        }
+        set_ahead(&[(at, 1200)], 0); // no steps: one step hints all of it
+        ahead_step();
+        assert_eq!(ahead_left(), 0);
+        set_ahead(&[(at, 100)], 10);
+        set_ahead(&[], 0);
+        assert_eq!(ahead_left(), 0);
+        ahead_step();
+        let freed = {
+            let gone = vec![0u8; 4096];
+            gone.as_ptr() as usize
+        };
+        set_ahead(&[(freed, 4096), (usize::MAX - 100, 64)], 2);
+        ahead_step();
+        ahead_step();
+        assert_eq!(ahead_left(), 0);
+        assert_eq!(data[1199], 0);
     }
 }

@@ -164,6 +164,7 @@ pub fn run_blocks(
         while s < end {
             let n = BLOCK.min(end - s);
             source::prefetch(srcs, s + n, (s + 2 * n).min(end));
+            source::ahead_step();
             interp.eval(srcs, &mut [], s, n)?;
             for j in 0..interp.results() {
                 writer.put(j, s - start, interp.result(j, srcs, s, n));
@@ -176,6 +177,7 @@ pub fn run_blocks(
     while s < end {
         let n = BLOCK.min(end - s);
         source::prefetch(srcs, s + n, (s + 2 * n).min(end));
+        source::ahead_step();
         interp.eval(srcs, outs, s, n)?;
         let r = s - start;
         for (j, out) in outs.iter_mut().enumerate().take(interp.results()) {

@@ -6,14 +6,16 @@
 //! buffers are cut into disjoint row blocks, one set per task).
 //!
 //! Small groups, rows longer than a block, and single rows run as one block covering every
-//! row, which is the kernels run one after another. Depends on [`super::elementwise`],
+//! row, which is the kernels run one after another. While a block runs, its thread hints
+//! the next block's rows into the cache a slice per kernel block ([`source::set_ahead`]). Depends on [`super::elementwise`],
 //! [`super::reduce`], [`crate::source`], [`crate::typed`], `kiln-compiler`.
 
 use super::elementwise::{self, PAR_MIN};
 use super::reduce;
 use crate::buffer::CpuBuffer;
-use crate::source::In;
-use crate::typed::{TSlice, TSliceMut};
+use crate::interp::BLOCK;
+use crate::source::{self, In};
+use crate::typed::{with_variant, TSlice, TSliceMut};
 use crate::walk::internal;
 use kiln_compiler::{GroupArg, GroupKernel, KernelKind, Launch};
 use kiln_ir::Result;
@@ -54,6 +56,15 @@ pub fn run(
         .max(1);
     let blocked = rows >= 2 * block && rows * row_positions >= PAR_MIN;
     let block = if blocked { block } else { rows };
+    // Each group buffer's address and bytes per row (for the hints of the next block).
+    let group_rows: Vec<(usize, usize)> = buffers
+        .iter()
+        .zip(&row_len)
+        .map(|(b, &len)| {
+            let d = b.as_slice();
+            with_variant!(d, TSlice, v => (v.as_ptr() as usize, len * std::mem::size_of_val(&v[..v.len().min(1)])))
+        })
+        .collect();
     // Cut every group buffer into row blocks: one set of pieces per task.
     let tasks = rows.div_ceil(block.max(1)).max(1);
     let mut pieces: Vec<Vec<TSliceMut<'_>>> = (0..tasks).map(|_| Vec::new()).collect();
@@ -69,10 +80,28 @@ pub fn run(
     let run_task = |(t, mut set): (usize, Vec<TSliceMut<'_>>)| {
         let r0 = t * block;
         let r1 = (r0 + block).min(rows);
-        for gk in kernels {
-            run_rows(gk, r0, r1, &mut set)?;
+        if tasks > 1 {
+            // The next block's rows (the inputs from outside the group and the group's own
+            // buffers) are hinted into the cache while this block runs: a block's first
+            // kernel would otherwise stall on every line of its first reads.
+            let next = block.min(rows - r1);
+            let steps: usize = kernels
+                .iter()
+                .map(|gk| (gk.launch.space.numel() / rows * (r1 - r0)).div_ceil(BLOCK))
+                .sum();
+            let mut regions = input_rows(kernels, r1, next);
+            regions.extend(
+                group_rows
+                    .iter()
+                    .map(|&(at, row)| (at + r1 * row, next * row)),
+            );
+            source::set_ahead(&regions, steps);
         }
-        Ok(())
+        let done = kernels
+            .iter()
+            .try_for_each(|gk| run_rows(gk, r0, r1, &mut set));
+        source::set_ahead(&[], 0);
+        done
     };
     if tasks == 1 {
         return pieces.into_iter().enumerate().try_for_each(run_task);
@@ -208,4 +237,37 @@ fn run_rows(
             "a row group kernel that cannot run by rows".into(),
         )),
     }
+}
+
+/// The memory of rows `r0..r0 + n` of the group's inputs from outside it, as distinct
+/// `(address, bytes)` regions (views whose rows are not dense, broadcast rows, are left out).
+fn input_rows(kernels: &[GroupKernel<'_, CpuBuffer>], r0: usize, n: usize) -> Vec<(usize, usize)> {
+    let mut regions: Vec<(usize, usize)> = Vec::new();
+    if n == 0 {
+        return regions;
+    }
+    for gk in kernels {
+        let per_row = gk.launch.space.numel() / gk.launch.space.dims()[0].max(1);
+        for (arg, view) in gk.inputs.iter().zip(&gk.launch.views) {
+            let GroupArg::Buffer(b) = arg else { continue };
+            let stride = view.strides[0];
+            if stride <= 0 || stride as usize > per_row {
+                continue;
+            }
+            let d = b.as_slice();
+            let first = (view.offset + r0 as isize * stride).max(0) as usize;
+            let last = (first + n * stride as usize).min(d.len());
+            if first >= last {
+                continue;
+            }
+            let r = with_variant!(d, TSlice, v => {
+                let bytes = std::mem::size_of_val(&v[first..last]);
+                (v[first..last].as_ptr() as usize, bytes)
+            });
+            if !regions.contains(&r) {
+                regions.push(r);
+            }
+        }
+    }
+    regions
 }

@@ -581,6 +581,7 @@ fn fold<T: Elem, R: Reducer<T>>(
     let mut s = start;
     while s < end {
         let n = BLOCK.min(end - s);
+        source::ahead_step();
         if let Some(Fast::Plain(xs)) = fast {
             // The block's values are the input's own (the interpreter would hand over a view).
             source::prefetch(srcs, s + n, (s + 2 * n).min(end));
