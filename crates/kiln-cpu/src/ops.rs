@@ -547,6 +547,40 @@ pub fn binary2(
     }
 }
 
+/// Whether [`compare_select`] computes `where(x <op> y, a, b)` with comparison operands of
+/// dtype `cmp` and branches of dtype `dtype` (float comparisons, all four of one dtype).
+pub fn compare_select_ok(op: BinaryOp, cmp: DType, dtype: DType) -> bool {
+    op.is_comparison() && cmp == dtype && matches!(dtype, DType::F32 | DType::F64)
+}
+
+/// `out = where(x <op> y, a, b)` in one pass, for what [`compare_select_ok`] accepts; equal
+/// to a comparison then a [`select`].
+pub fn compare_select(
+    op: BinaryOp,
+    (x, y): (TSlice<'_>, TSlice<'_>),
+    (a, b): (TSlice<'_>, TSlice<'_>),
+    out: TSliceMut<'_>,
+) -> Result<()> {
+    let n = a.len();
+    let done = match (x, y, a, b) {
+        (TSlice::F32(x), TSlice::F32(y), TSlice::F32(a), TSlice::F32(b)) => {
+            crate::vmath::compare_select_f32(op, x, y, a, b, out_mut(out, n))
+        }
+        (TSlice::F64(x), TSlice::F64(y), TSlice::F64(a), TSlice::F64(b)) => {
+            crate::vmath::compare_select_f64(op, x, y, a, b, out_mut(out, n))
+        }
+        _ => false,
+    };
+    if done {
+        Ok(())
+    } else {
+        Err(crate::walk::internal(format!(
+            "where({} ...): not a fused compare-select for these operands",
+            op.name()
+        )))
+    }
+}
+
 fn as_bools<'a>(x: TSlice<'a>, tmp: &'a mut Vec<bool>) -> &'a [bool] {
     match x {
         TSlice::Bool(v) => v,

@@ -711,6 +711,73 @@ versions! {
     pub fn select_i64 = select_i64_generic(c: &[bool], a: &[i64], b: &[i64], o: &mut [i64]) -> ()
 }
 
+/// `o[i] = if x[i] <op> y[i] { a[i] } else { b[i] }` for the comparisons `Eq Ne Lt Le Gt Ge`
+/// (IEEE: a NaN compares unequal to everything) in one pass, the comparison's mask never
+/// stored as `bool`s; false (writing nothing) for any other op.
+macro_rules! compare_select_generic {
+    ($name:ident, $t:ty, $u:ty) => {
+        #[inline(always)]
+        fn $name<const F: bool>(
+            op: BinaryOp,
+            x: &[$t],
+            y: &[$t],
+            a: &[$t],
+            b: &[$t],
+            o: &mut [$t],
+        ) -> bool {
+            let n = o.len().min(x.len()).min(y.len()).min(a.len()).min(b.len());
+            let (x, y, a, b, o) = (&x[..n], &y[..n], &a[..n], &b[..n], &mut o[..n]);
+            // On the bit patterns, as in `select_generic`: written as `if c { a[i] } else
+            // { b[i] }`, LLVM selected between the two addresses and gathered.
+            macro_rules! each {
+                ($f:expr) => {
+                    for i in 0..n {
+                        let m = <$u>::from($f(x[i], y[i])).wrapping_neg();
+                        o[i] = <$t>::from_bits((a[i].to_bits() & m) | (b[i].to_bits() & !m));
+                    }
+                };
+            }
+            match op {
+                BinaryOp::Eq => each!(|p, q| p == q),
+                BinaryOp::Ne => each!(|p, q| p != q),
+                BinaryOp::Lt => each!(|p, q| p < q),
+                BinaryOp::Le => each!(|p, q| p <= q),
+                BinaryOp::Gt => each!(|p, q| p > q),
+                BinaryOp::Ge => each!(|p, q| p >= q),
+                _ => return false,
+            }
+            true
+        }
+    };
+}
+compare_select_generic!(compare_select_f32_generic, f32, u32);
+compare_select_generic!(compare_select_f64_generic, f64, u64);
+
+versions! {
+    /// `o[i] = if x[i] <op> y[i] { a[i] } else { b[i] }` for the comparisons
+    /// `Eq Ne Lt Le Gt Ge` in one vectorised pass (a ReLU's gradient
+    /// `where(h > 0, g, 0)`); returns false (writing nothing) for any other op.
+    ///
+    /// ```
+    /// let mut o = [0.0f32; 3];
+    /// let (h, g) = ([1.0, -2.0, f32::NAN], [5.0, 6.0, 7.0]);
+    /// assert!(kiln_cpu::vmath::compare_select_f32(kiln_ir::BinaryOp::Gt, &h, &[0.0; 3], &g, &[0.0; 3], &mut o));
+    /// assert_eq!(o, [5.0, 0.0, 0.0]);
+    /// ```
+    pub fn compare_select_f32 = compare_select_f32_generic(op: BinaryOp, x: &[f32], y: &[f32], a: &[f32], b: &[f32], o: &mut [f32]) -> bool
+}
+
+versions! {
+    /// [`compare_select_f32`] for `f64`.
+    ///
+    /// ```
+    /// let mut o = [0.0f64; 2];
+    /// assert!(kiln_cpu::vmath::compare_select_f64(kiln_ir::BinaryOp::Le, &[1.0, 2.0], &[1.0, 1.0], &[3.0, 4.0], &[5.0, 6.0], &mut o));
+    /// assert_eq!(o, [3.0, 6.0]);
+    /// ```
+    pub fn compare_select_f64 = compare_select_f64_generic(op: BinaryOp, x: &[f64], y: &[f64], a: &[f64], b: &[f64], o: &mut [f64]) -> bool
+}
+
 /// The number of `f64` partial sums [`sum_f32`] and [`dot_f32`] keep.
 const SUM_LANES: usize = 32;
 

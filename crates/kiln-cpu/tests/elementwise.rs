@@ -658,14 +658,9 @@ fn rank_zero_space() {
     check(pb, &[&want], 0.0);
 }
 
-/// Values of every fused pair of arithmetic ops (`second(first(x, y), z)` and
-/// `second(z, first(x, y))`, `+ - * /`, f32 and f64; every ISA level: `tests/vmath.rs`),
-/// exactly equal to the reference, over data with infinities, NaN, signed zeros,
-/// subnormals and products that overflow; plus a chain of four (two pairs) on a space large
-/// enough for the threaded path.
-#[test]
-fn fused_arithmetic_pairs_round_like_separate_ops() {
-    let ops = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div];
+/// `n` random floats with every seventh replaced by a special value: infinities, NaN,
+/// signed zeros, subnormals (of f64 and of f32), values whose products overflow, 1.
+fn with_specials(n: usize, seed: u64) -> Vec<f64> {
     let specials = [
         f64::INFINITY,
         f64::NEG_INFINITY,
@@ -678,16 +673,96 @@ fn fused_arithmetic_pairs_round_like_separate_ops() {
         -1e300,
         1.0,
     ];
-    let n = 2 * 1024 + 37;
-    let data = |seed: u64| -> Vec<f64> {
-        let mut v = floats(n, seed);
-        for (i, x) in v.iter_mut().enumerate() {
-            if (i as u64 + seed).is_multiple_of(7) {
-                *x = specials[(i / 7 + seed as usize) % specials.len()];
-            }
+    let mut v = floats(n, seed);
+    for (i, x) in v.iter_mut().enumerate() {
+        if (i as u64 + seed).is_multiple_of(7) {
+            *x = specials[(i / 7 + seed as usize) % specials.len()];
         }
-        v
-    };
+    }
+    v
+}
+
+/// `where(x <cmp> y, a, b)` for every comparison, f32 and f64, where the interpreter runs
+/// the comparison inside the `where` (one pass): equal to the reference's comparison then
+/// selection, over data with NaN, infinities and signed zeros, with `y` a per-row value
+/// (a uniform operand materialised for the fused step), `b` a scalar (a ReLU's gradient
+/// `where(h > 0, g, 0)`), on a space large enough for the threaded path; and a condition
+/// that is also a result (not fused) next to one that is fused.
+#[test]
+fn fused_compare_selects_equal_the_reference() {
+    let (rows, cols) = (97usize, 700usize);
+    let dims = [rows, cols];
+    for dt in [DType::F32, DType::F64] {
+        let host = |v: Vec<f64>| {
+            if dt == DType::F32 {
+                HostData::from(v.into_iter().map(|x| x as f32).collect::<Vec<_>>())
+            } else {
+                HostData::from(v)
+            }
+        };
+        let (xd, yd, ad) = (
+            host(with_specials(rows * cols, 4)),
+            host(with_specials(rows, 5)),
+            host(with_specials(rows * cols, 6)),
+        );
+        for cmp in [
+            BinaryOp::Eq,
+            BinaryOp::Ne,
+            BinaryOp::Lt,
+            BinaryOp::Le,
+            BinaryOp::Gt,
+            BinaryOp::Ge,
+        ] {
+            let mut pb = Pb::new();
+            let zero = pb.scalar(Scalar::Float(0.0));
+            let ins = vec![
+                pb.param(xd.clone(), &dims, &[]),
+                pb.param(yd.clone(), &[rows, 1], &[VOp::Broadcast(dims.to_vec())]),
+                pb.param(ad.clone(), &dims, &[]),
+            ];
+            let mut p = P::new();
+            let (x, y, a) = (p.load(0, dt), p.load(1, dt), p.load(2, dt));
+            let z = p.scalar(zero, dt);
+            let c = p.bin(cmp, x, y);
+            let r1 = p.wh(c, a, z);
+            // x <cmp> a is also a result: computed on its own, the where reads its mask.
+            let kept = p.bin(cmp, x, a);
+            let r2 = p.wh(kept, z, x);
+            let outs = pb.kernel(
+                ew(p.done(&[r1, r2, kept])),
+                &dims,
+                ins,
+                &[(dt, &dims), (dt, &dims), (DType::Bool, &dims)],
+            );
+            for o in outs {
+                pb.output(o);
+            }
+            let xn = node(xd.clone(), &dims);
+            let yn =
+                build::broadcast_to(&node(yd.clone(), &[rows, 1]), &Shape::from(dims)).unwrap();
+            let an = node(ad.clone(), &dims);
+            let zn =
+                build::broadcast_to(&build::scalar(Scalar::Float(0.0), dt), &Shape::from(dims))
+                    .unwrap();
+            let c = build::binary(cmp, &xn, &yn).unwrap();
+            let r1 = build::where_(&c, &an, &zn).unwrap();
+            let kept = build::binary(cmp, &xn, &an).unwrap();
+            let r2 = build::where_(&kept, &zn, &xn).unwrap();
+            check(pb, &[&r1, &r2, &kept], 0.0);
+        }
+    }
+}
+
+/// Values of every fused pair of arithmetic ops (`second(first(x, y), z)` and
+/// `second(z, first(x, y))`, `+ - * /`, f32 and f64; every ISA level: `tests/vmath.rs`),
+/// exactly equal to the reference, over data with infinities, NaN, signed zeros,
+/// subnormals and products that overflow; plus a chain of four (two pairs) on a space large
+/// enough for the threaded path.
+#[test]
+fn fused_arithmetic_pairs_round_like_separate_ops() {
+    let ops = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div];
+    let n = 2 * 1024 + 37;
+    let data = |seed: u64| with_specials(n, seed);
     {
         for dt in [DType::F32, DType::F64] {
             let host = |seed| {

@@ -311,7 +311,7 @@ fn vectorised_extrema_equal_a_left_fold_at_every_isa_level() {
 }
 
 #[test]
-fn vectorised_comparisons_follow_ieee_at_every_isa_level() {
+fn vectorised_comparisons_and_compare_selects_follow_ieee_at_every_isa_level() {
     let _level = lock_level();
     use kiln_ir::BinaryOp::{self, *};
     // NaN unordered, -0.0 == 0.0, infinities ordered; lengths around the vector widths.
@@ -367,11 +367,33 @@ fn vectorised_comparisons_follow_ieee_at_every_isa_level() {
                  a: &mut dyn Iterator<Item = f64>,
                  b: &mut dyn Iterator<Item = f64>|
                  -> Vec<bool> { a.zip(b).map(|(a, b)| want(op, a, b)).collect() };
+            // Branches for the fused compare-select: distinct bit patterns (signed zeros,
+            // a NaN payload) that must come through unchanged.
+            let a: Vec<f64> = (0..n)
+                .map(|i| [-0.0, f64::from_bits(0x7ff8_0000_0000_0abc), i as f64][i % 3])
+                .collect();
+            let b: Vec<f64> = (0..n)
+                .map(|i| [0.0, -(i as f64) - 1.0, f64::NEG_INFINITY][i % 3])
+                .collect();
+            let (a32, b32): (Vec<f32>, Vec<f32>) = (
+                a.iter().map(|&v| v as f32).collect(),
+                b.iter().map(|&v| v as f32).collect(),
+            );
             for op in [Eq, Ne, Lt, Le, Gt, Ge] {
                 let mut o = vec![false; n];
                 assert!(vmath::compare_f64(op, &x, &y, &mut o));
                 let e = expect(op, &mut x.iter().copied(), &mut y.iter().copied());
                 assert_eq!(o, e, "f64 {op:?} at {level:?}, n {n}");
+                let mut s = vec![7.0f64; n];
+                assert!(vmath::compare_select_f64(op, &x, &y, &a, &b, &mut s));
+                for i in 0..n {
+                    let w = if e[i] { a[i] } else { b[i] };
+                    assert_eq!(
+                        s[i].to_bits(),
+                        w.to_bits(),
+                        "f64 select {op:?} at {level:?}, n {n}, i {i}"
+                    );
+                }
                 assert!(vmath::compare_f32(op, &x32, &y32, &mut o));
                 let e = expect(
                     op,
@@ -379,6 +401,18 @@ fn vectorised_comparisons_follow_ieee_at_every_isa_level() {
                     &mut y32.iter().map(|&v| v as f64),
                 );
                 assert_eq!(o, e, "f32 {op:?} at {level:?}, n {n}");
+                let mut s = vec![7.0f32; n];
+                assert!(vmath::compare_select_f32(
+                    op, &x32, &y32, &a32, &b32, &mut s
+                ));
+                for i in 0..n {
+                    let w = if e[i] { a32[i] } else { b32[i] };
+                    assert_eq!(
+                        s[i].to_bits(),
+                        w.to_bits(),
+                        "f32 select {op:?} at {level:?}, n {n}, i {i}"
+                    );
+                }
                 assert!(vmath::compare_i64(op, &xi, &yi, &mut o));
                 let e = expect(
                     op,
@@ -398,6 +432,14 @@ fn vectorised_comparisons_follow_ieee_at_every_isa_level() {
             assert!(
                 !vmath::compare_f32(Add, &[], &[], &mut o),
                 "Add is not a comparison"
+            );
+            let mut s = vec![1.0f32; n];
+            assert!(!vmath::compare_select_f32(
+                Add, &x32, &y32, &a32, &b32, &mut s
+            ));
+            assert!(
+                s.iter().all(|&v| v == 1.0),
+                "nothing written for a non-comparison"
             );
         }
     }
