@@ -869,14 +869,26 @@ versions! {
     pub fn accumulate_f32 = accumulate_f32_generic(acc: &mut [f64], xs: &[f32]) -> ()
 }
 
+/// The sum of `f32` values accumulated in `f64` (32 lanes combined pairwise); the
+/// association depends only on `xs.len()`. Fewer than 32 values fill no lane set: their
+/// sum is the left fold from 0, computed here without the per-call dispatch to the ISA
+/// level's copy (the same value).
+///
+/// ```
+/// assert_eq!(kiln_cpu::vmath::sum_f32(&[1.0; 100]), 100.0);
+/// assert_eq!(kiln_cpu::vmath::sum_f32(&[0.5, -2.0]), -1.5);
+/// ```
+#[inline]
+pub fn sum_f32(xs: &[f32]) -> f64 {
+    if xs.len() < SUM_LANES {
+        return xs.iter().fold(0.0, |s, &x| s + x as f64);
+    }
+    sum_f32_lanes(xs)
+}
+
 versions! {
-    /// The sum of `f32` values accumulated in `f64` (32 lanes combined pairwise); the
-    /// association depends only on `xs.len()`.
-    ///
-    /// ```
-    /// assert_eq!(kiln_cpu::vmath::sum_f32(&[1.0; 100]), 100.0);
-    /// ```
-    pub fn sum_f32 = sum_f32_generic(xs: &[f32]) -> f64
+    /// [`sum_f32`] at the current [`crate::isa`] level, whatever the length.
+    fn sum_f32_lanes = sum_f32_generic(xs: &[f32]) -> f64
 }
 
 /// The maximum (`max`) or minimum of `xs` in independent lanes, NaN-propagating: any NaN
@@ -884,7 +896,27 @@ versions! {
 /// the maximum, +∞ for the minimum). Which zero is returned when `-0.0` and `0.0` tie for the
 /// extremum is unspecified (the lanes see the elements in another order than a left fold).
 macro_rules! extremum_generic {
-    ($name:ident, $t:ty, $lanes:expr) => {
+    ($name:ident, $short:ident, $t:ty, $lanes:expr) => {
+        /// The extremum of fewer elements than a lane set (a softmax over 10 classes): one
+        /// plain pass, no lane set-up.
+        #[inline(always)]
+        fn $short(xs: &[$t], max: bool) -> $t {
+            let mut m = if max {
+                <$t>::NEG_INFINITY
+            } else {
+                <$t>::INFINITY
+            };
+            let mut nan = None;
+            for &x in xs {
+                if x != x {
+                    nan = Some(x);
+                } else if (max && x > m) || (!max && x < m) {
+                    m = x;
+                }
+            }
+            nan.unwrap_or(m)
+        }
+
         #[inline(always)]
         fn $name<const F: bool>(xs: &[$t], max: bool) -> $t {
             let init = if max {
@@ -893,17 +925,7 @@ macro_rules! extremum_generic {
                 <$t>::INFINITY
             };
             if xs.len() < $lanes {
-                // Short runs (a softmax over 10 classes): one pass, no lane set-up.
-                let mut m = init;
-                let mut nan = None;
-                for &x in xs {
-                    if x != x {
-                        nan = Some(x);
-                    } else if (max && x > m) || (!max && x < m) {
-                        m = x;
-                    }
-                }
-                return nan.unwrap_or(m);
+                return $short(xs, max);
             }
             let mut p = [init; $lanes];
             // A lane's NaN flag: x != x, accumulated without a branch. Integer lanes: a
@@ -942,29 +964,49 @@ macro_rules! extremum_generic {
         }
     };
 }
-extremum_generic!(extremum_f32_generic, f32, 32);
-extremum_generic!(extremum_f64_generic, f64, 16);
+extremum_generic!(extremum_f32_generic, extremum_f32_short, f32, 32);
+extremum_generic!(extremum_f64_generic, extremum_f64_short, f64, 16);
 
-versions! {
-    /// The maximum (`max = true`) or minimum of `xs`, vectorised; NaN-propagating (a NaN in
-    /// `xs` gives its last NaN); `-inf`/`+inf` for an empty slice.
-    ///
-    /// ```
-    /// assert_eq!(kiln_cpu::vmath::extremum_f32(&[1.0, 5.0, -2.0], true), 5.0);
-    /// assert_eq!(kiln_cpu::vmath::extremum_f32(&[1.0, 5.0, -2.0], false), -2.0);
-    /// assert!(kiln_cpu::vmath::extremum_f32(&[1.0, f32::NAN], true).is_nan());
-    /// ```
-    pub fn extremum_f32 = extremum_f32_generic(xs: &[f32], max: bool) -> f32
+/// The maximum (`max = true`) or minimum of `xs`, vectorised; NaN-propagating (a NaN in
+/// `xs` gives its last NaN); `-inf`/`+inf` for an empty slice. Slices shorter than a lane
+/// set are folded here, without the per-call dispatch to the ISA level's copy (a row
+/// reduction over 10 classes calls this once per row).
+///
+/// ```
+/// assert_eq!(kiln_cpu::vmath::extremum_f32(&[1.0, 5.0, -2.0], true), 5.0);
+/// assert_eq!(kiln_cpu::vmath::extremum_f32(&[1.0, 5.0, -2.0], false), -2.0);
+/// assert!(kiln_cpu::vmath::extremum_f32(&[1.0, f32::NAN], true).is_nan());
+/// ```
+#[inline]
+pub fn extremum_f32(xs: &[f32], max: bool) -> f32 {
+    if xs.len() < 32 {
+        return extremum_f32_short(xs, max);
+    }
+    extremum_f32_lanes(xs, max)
+}
+
+/// [`extremum_f32`] for `f64`.
+///
+/// ```
+/// assert_eq!(kiln_cpu::vmath::extremum_f64(&[], true), f64::NEG_INFINITY);
+/// assert_eq!(kiln_cpu::vmath::extremum_f64(&[3.0, -1.0], false), -1.0);
+/// ```
+#[inline]
+pub fn extremum_f64(xs: &[f64], max: bool) -> f64 {
+    if xs.len() < 16 {
+        return extremum_f64_short(xs, max);
+    }
+    extremum_f64_lanes(xs, max)
 }
 
 versions! {
-    /// [`extremum_f32`] for `f64`.
-    ///
-    /// ```
-    /// assert_eq!(kiln_cpu::vmath::extremum_f64(&[], true), f64::NEG_INFINITY);
-    /// assert_eq!(kiln_cpu::vmath::extremum_f64(&[3.0, -1.0], false), -1.0);
-    /// ```
-    pub fn extremum_f64 = extremum_f64_generic(xs: &[f64], max: bool) -> f64
+    /// [`extremum_f32`] at the current [`crate::isa`] level, whatever the length.
+    fn extremum_f32_lanes = extremum_f32_generic(xs: &[f32], max: bool) -> f32
+}
+
+versions! {
+    /// [`extremum_f64`] at the current [`crate::isa`] level, whatever the length.
+    fn extremum_f64_lanes = extremum_f64_generic(xs: &[f64], max: bool) -> f64
 }
 
 /// `o[i] = x[i] <op> y[i]` for a comparison `op` (over the shortest of the three slices);
