@@ -81,6 +81,7 @@ mod buffer;
 mod interp;
 mod kernels;
 mod ops;
+mod par;
 mod simd;
 mod source;
 mod stream;

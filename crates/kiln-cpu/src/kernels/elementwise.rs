@@ -14,7 +14,6 @@ use crate::typed::{copy_cast, TSliceMut};
 use crate::walk::internal;
 use kiln_compiler::{Arg, Kernel, Launch, Program};
 use kiln_ir::Result;
-use rayon::prelude::*;
 
 /// Positions per parallel chunk (32 blocks: 128 KiB of f32 per operand).
 pub const CHUNK: usize = 32 * BLOCK;
@@ -99,22 +98,19 @@ pub fn run_space<'p>(
             rest = tail;
         }
     }
-    let results: Vec<Result<()>> = chunks
-        .into_par_iter()
-        .enumerate()
-        .map_init(
-            || fresh().ok(),
-            |interp, (c, mut outs)| {
-                let interp = interp
-                    .as_mut()
-                    .ok_or_else(|| internal("an interpreter failed to build twice".into()))?;
-                let start = c * CHUNK;
-                interp.set_outs_base(start);
-                let end = (start + CHUNK).min(numel);
-                run_blocks(interp, srcs, &mut outs, start, end)
-            },
-        )
-        .collect();
+    let results: Vec<Result<()>> = crate::par::map_init(
+        chunks,
+        || fresh().ok(),
+        |interp, c, mut outs| {
+            let interp = interp
+                .as_mut()
+                .ok_or_else(|| internal("an interpreter failed to build twice".into()))?;
+            let start = c * CHUNK;
+            interp.set_outs_base(start);
+            let end = (start + CHUNK).min(numel);
+            run_blocks(interp, srcs, &mut outs, start, end)
+        },
+    );
     results.into_iter().collect()
 }
 

@@ -19,7 +19,6 @@ use crate::typed::{with_variant, TSlice, TSliceMut};
 use crate::walk::internal;
 use kiln_compiler::{GroupArg, GroupKernel, KernelKind, Launch};
 use kiln_ir::Result;
-use rayon::prelude::*;
 
 /// Bytes of the rows of one block, summed over every buffer and input the group's kernels
 /// touch: what should stay in a core's L2 cache (2 MiB on the benchmark machine) between
@@ -106,7 +105,8 @@ pub fn run(
     if tasks == 1 {
         return pieces.into_iter().enumerate().try_for_each(run_task);
     }
-    let results: Vec<Result<()>> = pieces.into_par_iter().enumerate().map(run_task).collect();
+    let results: Vec<Result<()>> =
+        crate::par::map_init(pieces, || (), |_, t, set| run_task((t, set)));
     results.into_iter().collect()
 }
 

@@ -19,7 +19,6 @@ use crate::typed::{copy_cast, Elem, TSlice, TSliceMut, Wrap};
 use crate::walk::{internal, Walk};
 use kiln_compiler::{Arg, InstOp, Kernel, Launch, Program};
 use kiln_ir::{ArgReduceOp, BinaryOp, DType, ReduceOp, Result};
-use rayon::prelude::*;
 
 /// Folds values of `T` into an accumulator.
 trait Reducer<T> {
@@ -507,20 +506,17 @@ impl<'p, N: Fn() -> Result<Interp<'p>> + Sync> Engine<'_, 'p, '_, N> {
         let fast = self.fast.and_then(|f| f.slices::<T>(srcs, R::DOT));
         if numel >= PAR_MIN && self.grouped && self.out_numel == 1 {
             let pieces = split_side(side, numel, CHUNK);
-            let parts: Vec<Result<R::A>> = pieces
-                .into_par_iter()
-                .enumerate()
-                .map_init(
-                    || (self.fresh)().ok(),
-                    |it, (c, mut side)| {
-                        let it = it.as_mut().ok_or_else(rebuild_failed)?;
-                        let mut a = [R::init()];
-                        let (s, e) = (c * CHUNK, ((c + 1) * CHUNK).min(numel));
-                        fold::<T, R>(it, srcs, owalk, (s, e), &mut a, 0, &mut side, fast)?;
-                        Ok(a[0])
-                    },
-                )
-                .collect();
+            let parts: Vec<Result<R::A>> = crate::par::map_init(
+                pieces,
+                || (self.fresh)().ok(),
+                |it, c, mut side| {
+                    let it = it.as_mut().ok_or_else(rebuild_failed)?;
+                    let mut a = [R::init()];
+                    let (s, e) = (c * CHUNK, ((c + 1) * CHUNK).min(numel));
+                    fold::<T, R>(it, srcs, owalk, (s, e), &mut a, 0, &mut side, fast)?;
+                    Ok(a[0])
+                },
+            );
             for p in parts {
                 R::merge(&mut acc[0], p?);
             }
@@ -529,20 +525,17 @@ impl<'p, N: Fn() -> Result<Interp<'p>> + Sync> Engine<'_, 'p, '_, N> {
             let per = (CHUNK / len.max(1)).max(1);
             let mut pieces = split_side(side, numel, per * len);
             pieces.resize_with(self.out_numel.div_ceil(per), Vec::new);
-            let results: Vec<Result<()>> = acc
-                .par_chunks_mut(per)
-                .zip(pieces.into_par_iter())
-                .enumerate()
-                .map_init(
-                    || (self.fresh)().ok(),
-                    |it, (t, (accs, mut side))| {
-                        let it = it.as_mut().ok_or_else(rebuild_failed)?;
-                        let first = t * per;
-                        let (s, e) = (first * len, (first + accs.len()) * len);
-                        fold::<T, R>(it, srcs, owalk, (s, e), accs, first, &mut side, fast)
-                    },
-                )
-                .collect();
+            let tasks: Vec<_> = acc.chunks_mut(per).zip(pieces).collect();
+            let results: Vec<Result<()>> = crate::par::map_init(
+                tasks,
+                || (self.fresh)().ok(),
+                |it, t, (accs, mut side)| {
+                    let it = it.as_mut().ok_or_else(rebuild_failed)?;
+                    let first = t * per;
+                    let (s, e) = (first * len, (first + accs.len()) * len);
+                    fold::<T, R>(it, srcs, owalk, (s, e), accs, first, &mut side, fast)
+                },
+            );
             results.into_iter().collect::<Result<()>>()?;
         } else {
             fold::<T, R>(
