@@ -705,14 +705,7 @@ fn fused_compare_selects_equal_the_reference() {
             host(with_specials(rows, 5)),
             host(with_specials(rows * cols, 6)),
         );
-        for cmp in [
-            BinaryOp::Eq,
-            BinaryOp::Ne,
-            BinaryOp::Lt,
-            BinaryOp::Le,
-            BinaryOp::Gt,
-            BinaryOp::Ge,
-        ] {
+        for cmp in BinaryOp::ALL.into_iter().filter(|o| o.is_comparison()) {
             let mut pb = Pb::new();
             let zero = pb.scalar(Scalar::Float(0.0));
             let ins = vec![
