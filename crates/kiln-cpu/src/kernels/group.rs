@@ -7,8 +7,9 @@
 //!
 //! Small groups, rows longer than a block, and single rows run as one block covering every
 //! row, which is the kernels run one after another. While a block runs, its thread hints
-//! the next block's rows into the cache a slice per kernel block ([`source::set_ahead`]). Depends on [`super::elementwise`],
-//! [`super::reduce`], [`crate::source`], [`crate::typed`], `kiln-compiler`.
+//! the next block's rows into the cache a slice per kernel block ([`source::set_ahead`]).
+//! Depends on [`super::elementwise`], [`super::reduce`], [`crate::source`],
+//! [`crate::typed`], [`crate::par`], `kiln-compiler`.
 
 use super::elementwise::{self, PAR_MIN};
 use super::reduce;
@@ -59,10 +60,7 @@ pub fn run(
     let group_rows: Vec<(usize, usize)> = buffers
         .iter()
         .zip(&row_len)
-        .map(|(b, &len)| {
-            let d = b.as_slice();
-            with_variant!(d, TSlice, v => (v.as_ptr() as usize, len * std::mem::size_of_val(&v[..v.len().min(1)])))
-        })
+        .map(|(b, &len)| (address(b.as_slice()), len * b.dtype().size_bytes()))
         .collect();
     // Cut every group buffer into row blocks: one set of pieces per task.
     let tasks = rows.div_ceil(block.max(1)).max(1);
@@ -260,14 +258,17 @@ fn input_rows(kernels: &[GroupKernel<'_, CpuBuffer>], r0: usize, n: usize) -> Ve
             if first >= last {
                 continue;
             }
-            let r = with_variant!(d, TSlice, v => {
-                let bytes = std::mem::size_of_val(&v[first..last]);
-                (v[first..last].as_ptr() as usize, bytes)
-            });
+            let size = d.dtype().size_bytes();
+            let r = (address(d) + first * size, (last - first) * size);
             if !regions.contains(&r) {
                 regions.push(r);
             }
         }
     }
     regions
+}
+
+/// The address of the first element of `d`.
+fn address(d: TSlice<'_>) -> usize {
+    with_variant!(d, TSlice, v => v.as_ptr() as usize)
 }
