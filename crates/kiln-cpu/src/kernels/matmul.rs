@@ -609,9 +609,13 @@ const SMALL_ROWS_MAX_MACS: usize = 1 << 25;
 const SMALL_ANY_MACS: usize = 32 * 32 * 32;
 /// Products whose left operand has unit column stride take [`small_gemm`] up to this `m·k·n`.
 const SMALL_MACS: usize = 64 * 64 * 64;
-/// ... or, below [`PAR_GEMM_MACS`], when the right operand has at most this many elements
-/// (`k·n`: 16 KiB of `f32`).
-const SMALL_B_ELEMS: usize = 64 * 64;
+/// ... or, below [`PAR_GEMM_MACS`], when the right operand takes at most this many bytes
+/// (it stays in L1 across the passes over it).
+const SMALL_B_BYTES: usize = 32 << 10;
+/// Products with fewer columns than this (one AVX-512 vector of `f32`) take [`small_gemm`]
+/// below [`PAR_GEMM_MACS`] (its transposed and dot-product forms; `matrixmultiply` packs
+/// both operands and fills few of its register block's columns).
+const FEW_COLUMNS: usize = 16;
 /// Products of at least this many multiply-adds split their rows over the rayon pool
 /// (~2M: 15–20 µs on one core, where waking a second thread starts to pay).
 const PAR_GEMM_MACS: usize = 1 << 21;
@@ -658,15 +662,21 @@ impl Gemm {
     /// 64³ 4.8 µs there and 3.1 µs here, 256×64×64 17.7 and 12.9 µs; f64 64³ 10.0 and
     /// 6.3 µs). A transposed `a` stays on `matrixmultiply`, whose packing reads it in panels:
     /// the small kernel copies it four rows at a time with a stride of `m` (`xᵀ @ g` at
-    /// 784×32×10 f32: 21 µs here, 9 µs there). From [`PAR_GEMM_MACS`] `matrixmultiply`'s
-    /// row blocks run on all cores.
-    pub(super) fn small(&self) -> bool {
+    /// 784×32×10 f32: 21 µs here, 9 µs there), unless the product has few columns
+    /// ([`FEW_COLUMNS`]), which the small kernel computes transposed or as dot products
+    /// (f32, end to end with 2.5 µs of overhead: `h @ w` at 256×512×10 57 µs there and
+    /// 35 µs here, `hᵀ @ g` at 512×256×10 47 and 29 µs; `g @ wᵀ` at 256×10×512, whose
+    /// 20 KiB right operand [`SMALL_B_BYTES`] admits, 43 and 33 µs). From [`PAR_GEMM_MACS`]
+    /// `matrixmultiply`'s row blocks run on all cores. `elem` is the size of an element in
+    /// bytes.
+    pub(super) fn small(&self, elem: usize) -> bool {
         let macs = self.m.saturating_mul(self.k).saturating_mul(self.n);
-        let b_elems = self.k.saturating_mul(self.n);
+        let b_bytes = self.k.saturating_mul(self.n).saturating_mul(elem);
         (self.m <= SMALL_ROWS && macs <= SMALL_ROWS_MAX_MACS)
             || macs <= SMALL_ANY_MACS
+            || (self.n < FEW_COLUMNS && macs < PAR_GEMM_MACS)
             || (self.csa == 1
-                && (macs <= SMALL_MACS || (b_elems <= SMALL_B_ELEMS && macs < PAR_GEMM_MACS)))
+                && (macs <= SMALL_MACS || (b_bytes <= SMALL_B_BYTES && macs < PAR_GEMM_MACS)))
     }
 
     /// The float product into `c` (position `base` of the output onwards), with `around`'s
@@ -681,7 +691,7 @@ impl Gemm {
         base: usize,
         around: &Around<'_>,
     ) -> Result<()> {
-        let small = self.small() && self.k > 0;
+        let small = self.small(std::mem::size_of::<T>()) && self.k > 0;
         let (alpha, beta) = coefs.map_or((1.0, 0.0), |f| (f.alpha, f.beta));
         let block = |g: &Gemm, row: usize, c: &mut [T]| -> Result<()> {
             let start = base + row * self.n;
@@ -922,7 +932,7 @@ pub(in crate::kernels) mod tests {
                 assert!((x - y).abs() < 1e-12, "{x} vs {y}");
             }
             // These shapes take `small_gemm`; `matrixmultiply` directly too.
-            assert!(g.small());
+            assert!(g.small(8));
             let mut c = vec![f64::NAN; g.m * g.n];
             g.packed_dgemm_into(&a, &b, &mut c, 1.0, 0.0);
             for (x, y) in c.iter().zip(&want) {

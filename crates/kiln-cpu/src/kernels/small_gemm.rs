@@ -21,9 +21,20 @@
 //! element is an ordered sum over `p` of `a[i,p]·b[p,j]` (fused at the AVX2 and AVX-512
 //! levels), so results do not depend on the block an element falls in.
 //!
+//! That is the broadcast form. Products with fewer columns than a vector (`n < NV`: a
+//! 10-class output layer) would fill `n` of its lanes, so two other forms take them
+//! ([`choose`]): when `a` is transposed (`hᵀ @ g`, a weight gradient), the broadcast form
+//! computes the transposed product `bᵀ @ aᵀ`, whose right operand then has contiguous rows
+//! and whose columns fill the vectors ([`gemm_transposed`]: the same sums); when `a`'s rows
+//! are contiguous (`h @ w`), each element is a dot product over `NV` lanes of a row of `a`
+//! and a packed column of `b`, two rows by up to five columns at a time ([`gemm_dot`]:
+//! lane-strided partial sums, added pairwise at the end). Each form is compiled as its own
+//! copy per level.
+//!
 //! All indexing is safe (bounds-checked slices). `unsafe`: the calls into the
-//! `#[target_feature]` copies (as in [`crate::simd`]) and the AVX-512 block's unaligned
-//! vector loads and stores inside fixed-size arrays; all compiled out under Miri.
+//! `#[target_feature]` copies (as in [`crate::simd`]) and the AVX-512 block's and the dot
+//! products' (`simd_dot!`) unaligned vector loads and stores inside fixed-size arrays and
+//! slices; all compiled out under Miri.
 
 use super::matmul::Gemm;
 
@@ -107,13 +118,30 @@ impl<T: Copy, const MR: usize> Panel<T, MR> for Packed<'_, T, MR> {
 
 /// How one ISA level computes a register block: the `MR × NR` block
 /// `a @ b[.., j0..j0+NR]` over `k` steps, `a` being `MR` rows.
-trait Micro<T> {
+trait Micro<T: Real> {
+    /// Whether products are added with fused multiply-adds.
+    const FUSED: bool;
     fn block<P: Panel<T, MR>, const MR: usize, const NR: usize>(
         a: P,
         k: usize,
         b: Rows<'_, T>,
         j0: usize,
     ) -> [[T; NR]; MR];
+
+    /// `R × J` dot products of the dot-product form ([`dot_rows`]' contract and value).
+    #[inline(always)]
+    fn dot<const L: usize, const R: usize, const J: usize>(
+        x: [&[T]; R],
+        tail: [&[T; L]; R],
+        bt: &[T],
+        stride: usize,
+    ) -> [[T; J]; R] {
+        if Self::FUSED {
+            dot_rows::<T, true, L, R, J>(x, tail, bt, stride)
+        } else {
+            dot_rows::<T, false, L, R, J>(x, tail, bt, stride)
+        }
+    }
 }
 
 /// Arrays LLVM vectorises at the level of the copy it is compiled into (`F`: fused
@@ -121,6 +149,7 @@ trait Micro<T> {
 struct Lanes<const F: bool>;
 
 impl<T: Real, const F: bool> Micro<T> for Lanes<F> {
+    const FUSED: bool = F;
     #[inline(always)]
     fn block<P: Panel<T, MR>, const MR: usize, const NR: usize>(
         a: P,
@@ -155,7 +184,7 @@ struct Zmm;
 /// The intrinsic blocks: `$lanes` elements per register, at most four registers per row.
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 macro_rules! zmm_block {
-    ($t:ty, $f:ident, $lanes:literal, $zero:ident, $load:ident, $store:ident, $set1:ident, $fmadd:ident) => {
+    ($t:ty, $f:ident, $lanes:literal, $zero:ident, $load:ident, $store:ident, $set1:ident, $fmadd:ident, $dot:ident) => {
         #[target_feature(enable = "avx512f")]
         #[inline]
         fn $f<P: Panel<$t, MR>, const MR: usize, const NR: usize>(
@@ -201,6 +230,7 @@ macro_rules! zmm_block {
         }
 
         impl Micro<$t> for Zmm {
+            const FUSED: bool = true;
             #[inline(always)]
             fn block<P: Panel<$t, MR>, const MR: usize, const NR: usize>(
                 a: P,
@@ -213,9 +243,161 @@ macro_rules! zmm_block {
                 // only when `detected_isa()` found AVX-512F on this CPU.
                 unsafe { $f::<P, MR, NR>(a, k, b, j0) }
             }
+            simd_dot_method!($t, $dot, $lanes, Avx512);
         }
     };
 }
+
+/// [`dot_rows`] in registers of `$lanes` elements through intrinsics (`$feat`), for the
+/// AVX-512 ([`Zmm`]) and AVX2 ([`Ymm`]) copies: the array form was not vectorised (LLVM kept
+/// the accumulators in memory: 256×512×10 f32 took 400 µs instead of 16).
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+macro_rules! simd_dot {
+    ($t:ty, $f:ident, $feat:literal, $lanes:literal, $zero:ident, $load:ident, $store:ident, $fmadd:ident) => {
+        #[target_feature(enable = $feat)]
+        #[inline]
+        fn $f<const R: usize, const J: usize>(
+            x: [&[$t]; R],
+            tail: [&[$t; $lanes]; R],
+            bt: &[$t],
+            stride: usize,
+        ) -> [[$t; J]; R] {
+            use std::arch::x86_64::*;
+            let k = x[0].len();
+            let whole = k / $lanes;
+            let steps = k.div_ceil($lanes);
+            let mut acc = [[$zero(); J]; R];
+            let mut off = 0;
+            for s in 0..steps {
+                let ys = &bt[off..off + J * $lanes];
+                let mut xv = [$zero(); R];
+                for r in 0..R {
+                    let xr: &[$t; $lanes] = if s < whole {
+                        x[r][s * $lanes..(s + 1) * $lanes]
+                            .try_into()
+                            .expect("one vector")
+                    } else {
+                        tail[r]
+                    };
+                    // SAFETY: `xr` holds `$lanes` elements; `loadu` needs no alignment.
+                    xv[r] = unsafe { $load(xr.as_ptr()) };
+                }
+                for j in 0..J {
+                    // SAFETY: `ys` holds `J·$lanes` elements, so the `$lanes` from
+                    // `j·$lanes` (`j < J`) lie inside it.
+                    let yv = unsafe { $load(ys.as_ptr().add(j * $lanes)) };
+                    for r in 0..R {
+                        acc[r][j] = $fmadd(xv[r], yv, acc[r][j]);
+                    }
+                }
+                off += stride * $lanes;
+            }
+            let mut out = [[0.0; J]; R];
+            for r in 0..R {
+                for j in 0..J {
+                    let mut lanes = [0.0; $lanes];
+                    // SAFETY: `lanes` holds `$lanes` elements; `storeu` needs no alignment.
+                    unsafe { $store(lanes.as_mut_ptr(), acc[r][j]) };
+                    out[r][j] = lane_sum(lanes);
+                }
+            }
+            out
+        }
+    };
+}
+
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+simd_dot!(
+    f32,
+    zmm_dot_f32,
+    "avx512f",
+    16,
+    _mm512_setzero_ps,
+    _mm512_loadu_ps,
+    _mm512_storeu_ps,
+    _mm512_fmadd_ps
+);
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+simd_dot!(
+    f64,
+    zmm_dot_f64,
+    "avx512f",
+    8,
+    _mm512_setzero_pd,
+    _mm512_loadu_pd,
+    _mm512_storeu_pd,
+    _mm512_fmadd_pd
+);
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+simd_dot!(
+    f32,
+    ymm_dot_f32,
+    "avx2,fma",
+    8,
+    _mm256_setzero_ps,
+    _mm256_loadu_ps,
+    _mm256_storeu_ps,
+    _mm256_fmadd_ps
+);
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+simd_dot!(
+    f64,
+    ymm_dot_f64,
+    "avx2,fma",
+    4,
+    _mm256_setzero_pd,
+    _mm256_loadu_pd,
+    _mm256_storeu_pd,
+    _mm256_fmadd_pd
+);
+
+/// The AVX2 level: [`Lanes`]' blocks with fused multiply-adds, `simd_dot!`'s dot products.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+struct Ymm;
+
+/// The `dot` of [`Zmm`] or [`Ymm`] for one float type: `$f` at `$lanes` lanes.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+macro_rules! simd_dot_method {
+    ($t:ty, $f:ident, $lanes:literal, $level:ident) => {
+        #[inline(always)]
+        fn dot<const L: usize, const R: usize, const J: usize>(
+            x: [&[$t]; R],
+            tail: [&[$t; L]; R],
+            bt: &[$t],
+            stride: usize,
+        ) -> [[$t; J]; R] {
+            debug_assert!(crate::simd::detected_isa() >= crate::simd::Isa::$level);
+            let tail: [&[$t; $lanes]; R] =
+                tail.map(|t| t.as_slice().try_into().expect("one vector of lanes"));
+            // SAFETY: this type is named only in the copies of `dispatch!` for this level,
+            // which run only when `detected_isa()` found its features on this CPU.
+            unsafe { $f::<R, J>(x, tail, bt, stride) }
+        }
+    };
+}
+
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+macro_rules! ymm_micro {
+    ($t:ty, $f:ident, $lanes:literal) => {
+        impl Micro<$t> for Ymm {
+            const FUSED: bool = true;
+            #[inline(always)]
+            fn block<P: Panel<$t, MR>, const MR: usize, const NR: usize>(
+                a: P,
+                k: usize,
+                b: Rows<'_, $t>,
+                j0: usize,
+            ) -> [[$t; NR]; MR] {
+                <Lanes<true> as Micro<$t>>::block::<P, MR, NR>(a, k, b, j0)
+            }
+            simd_dot_method!($t, $f, $lanes, Avx2);
+        }
+    };
+}
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+ymm_micro!(f32, ymm_dot_f32, 8);
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+ymm_micro!(f64, ymm_dot_f64, 4);
 
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 zmm_block!(
@@ -226,7 +408,8 @@ zmm_block!(
     _mm512_loadu_ps,
     _mm512_storeu_ps,
     _mm512_set1_ps,
-    _mm512_fmadd_ps
+    _mm512_fmadd_ps,
+    zmm_dot_f32
 );
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 zmm_block!(
@@ -237,7 +420,8 @@ zmm_block!(
     _mm512_loadu_pd,
     _mm512_storeu_pd,
     _mm512_set1_pd,
-    _mm512_fmadd_pd
+    _mm512_fmadd_pd,
+    zmm_dot_f64
 );
 
 /// Rows `i0..i0+MR` of `c`. Rows of `a` with unit column stride are read in place; others
@@ -333,13 +517,12 @@ fn store<T: Real, const MR: usize, const W: usize>(
     w: usize,
     sc: Scale<T>,
 ) {
-    let zero = T::default();
     for (r, row) in acc.iter().enumerate() {
         let at = (i0 + r) * n + j0;
         let out = &mut c[at..at + w];
-        if sc.alpha == T::ONE && sc.beta == zero {
+        if sc.alpha == T::ONE && sc.beta == T::default() {
             out.copy_from_slice(&row[..w]);
-        } else if sc.beta == zero {
+        } else if sc.beta == T::default() {
             for (o, &x) in out.iter_mut().zip(row) {
                 *o = sc.alpha * x;
             }
@@ -351,9 +534,286 @@ fn store<T: Real, const MR: usize, const W: usize>(
     }
 }
 
-/// `c = α·(a @ b) + β·c` for `k > 0`, operands in bounds (checked by the caller).
+impl<T: Real> Scale<T> {
+    /// `α·x + β·prior`, `prior` ignored when `β = 0` (it may be anything, NaN included):
+    /// what [`store`] writes, one element at a time.
+    #[inline(always)]
+    fn apply(self, x: T, prior: T) -> T {
+        if self.beta == T::default() {
+            self.alpha * x
+        } else {
+            self.alpha * x + self.beta * prior
+        }
+    }
+}
+
+/// The sum of the lanes, halves added pairwise (a fixed order for a given `L`, a power of
+/// two).
 #[inline(always)]
-fn gemm<T: Real, K: Micro<T>, const MR: usize, const NR: usize, const NV: usize>(
+fn lane_sum<T: Real, const L: usize>(mut v: [T; L]) -> T {
+    let mut w = L;
+    while w > 1 {
+        w /= 2;
+        for l in 0..w {
+            v[l] = v[l] + v[l + w];
+        }
+    }
+    v[0]
+}
+
+/// `R × J` dot products: each of the `R` rows `x[r]` (all `k` long, their `k % L` last
+/// elements zero-padded in `tail[r]`) with `J` columns of `b` packed by [`gemm_dot`] (chunk
+/// `s` of column `j` at `(s·stride + j)·L`, zero-padded past `k`): `L`-lane partial sums in
+/// order over the row, then [`lane_sum`]. `R·J` independent accumulators hide the latency of
+/// the multiply-adds; the packed chunks of one column lie `stride·L` apart, a stride only
+/// known at run time.
+#[inline(always)]
+fn dot_rows<T: Real, const F: bool, const L: usize, const R: usize, const J: usize>(
+    x: [&[T]; R],
+    tail: [&[T; L]; R],
+    bt: &[T],
+    stride: usize,
+) -> [[T; J]; R] {
+    #[inline(always)]
+    fn step<T: Real, const F: bool, const L: usize, const R: usize, const J: usize>(
+        acc: &mut [[[T; L]; J]; R],
+        xs: [&[T; L]; R],
+        ys: &[T],
+    ) {
+        for j in 0..J {
+            let yj: &[T; L] = ys[j * L..(j + 1) * L].try_into().expect("L lanes");
+            for r in 0..R {
+                for l in 0..L {
+                    acc[r][j][l] = T::madd::<F>(xs[r][l], yj[l], acc[r][j][l]);
+                }
+            }
+        }
+    }
+    let k = x[0].len();
+    let whole = k / L;
+    let mut acc = [[[T::default(); L]; J]; R];
+    let mut off = 0;
+    for s in 0..whole {
+        let xs = std::array::from_fn(|r| x[r][s * L..(s + 1) * L].try_into().expect("L elements"));
+        step::<T, F, L, R, J>(&mut acc, xs, &bt[off..off + J * L]);
+        off += stride * L;
+    }
+    if whole * L < k {
+        step::<T, F, L, R, J>(&mut acc, tail, &bt[off..off + J * L]);
+    }
+    acc.map(|row| row.map(lane_sum))
+}
+
+/// The dot-product form, for few columns (`n < L`, one vector) and rows of `a` read in place
+/// (`csa = 1`): `b` is copied into 64-byte aligned chunks of `L` elements of each column
+/// (zero-padded past `k`) and each element of `c` is a dot product over `L` lanes
+/// ([`dot_rows`]), two rows of `a` by up to five columns per pass ([`dot_columns`]). The
+/// broadcast form fills `n` of a vector's `L` lanes: `256×512 @ 512×10` f32 took 43 µs
+/// there (end to end), 35 µs here (a packed copy not aligned: 42 µs).
+#[inline(always)]
+fn gemm_dot<T: Real, K: Micro<T>, const L: usize>(
+    g: &Gemm,
+    a: &[T],
+    b: &[T],
+    c: &mut [T],
+    sc: Scale<T>,
+) {
+    let (m, k, n) = (g.m, g.k, g.n);
+    let kp = k.next_multiple_of(L);
+    let mut storage = vec![T::default(); n * kp + 64 / std::mem::size_of::<T>()];
+    let bt = aligned_64(&mut storage, n * kp);
+    for (p, chunk) in (0..k).step_by(L).zip(bt.chunks_exact_mut(n * L)) {
+        for (j, lanes) in chunk.chunks_exact_mut(L).enumerate() {
+            let first = g.boff + p as isize * g.rsb + j as isize * g.csb;
+            for (l, e) in lanes.iter_mut().enumerate().take(k - p) {
+                *e = b[(first + l as isize * g.rsb) as usize];
+            }
+        }
+    }
+    let whole = k / L * L;
+    let row = |i: usize| {
+        let start = (g.aoff + i as isize * g.rsa) as usize;
+        let x = &a[start..start + k];
+        let mut tail = [T::default(); L];
+        tail[..k - whole].copy_from_slice(&x[whole..]);
+        (x, tail)
+    };
+    let mut i = 0;
+    while i < m {
+        if i + 2 <= m {
+            let ((x0, t0), (x1, t1)) = (row(i), row(i + 1));
+            dot_columns::<T, K, L, 2>(i, [x0, x1], [&t0, &t1], bt, c, n, sc);
+            i += 2;
+        } else {
+            let (x0, t0) = row(i);
+            dot_columns::<T, K, L, 1>(i, [x0], [&t0], bt, c, n, sc);
+            i += 1;
+        }
+    }
+}
+
+/// Rows `i0..i0+R` of `c` in the dot-product form, up to five columns at a time (`2×5`
+/// accumulators: enough independent multiply-adds, few enough registers at every level).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn dot_columns<T: Real, K: Micro<T>, const L: usize, const R: usize>(
+    i0: usize,
+    x: [&[T]; R],
+    tail: [&[T; L]; R],
+    bt: &[T],
+    c: &mut [T],
+    n: usize,
+    sc: Scale<T>,
+) {
+    let mut j0 = 0;
+    while j0 < n {
+        let bt = &bt[j0 * L..];
+        let at = (i0, j0);
+        let w = (n - j0).min(5);
+        match w {
+            1 => store(c, n, at, &K::dot::<L, R, 1>(x, tail, bt, n), w, sc),
+            2 => store(c, n, at, &K::dot::<L, R, 2>(x, tail, bt, n), w, sc),
+            3 => store(c, n, at, &K::dot::<L, R, 3>(x, tail, bt, n), w, sc),
+            4 => store(c, n, at, &K::dot::<L, R, 4>(x, tail, bt, n), w, sc),
+            _ => store(c, n, at, &K::dot::<L, R, 5>(x, tail, bt, n), w, sc),
+        }
+        j0 += w;
+    }
+}
+
+/// The `len` elements of `v` from its first 64-byte aligned one (`v` holds `len` plus a
+/// cache line): vector loads from the packed copies then never straddle two cache lines.
+fn aligned_64<T>(v: &mut [T], len: usize) -> &mut [T] {
+    let size = std::mem::size_of::<T>();
+    let skip = (64 - v.as_ptr() as usize % 64) % 64 / size;
+    &mut v[skip..skip + len]
+}
+
+/// The three ways of computing a product (the forms differ in what fills the vectors).
+trait Form {
+    /// `c = α·(a @ b) + β·c` for `k > 0`, operands in bounds (checked by the caller).
+    fn run<T: Real, K: Micro<T>, const MR: usize, const NR: usize, const NV: usize>(
+        g: &Gemm,
+        a: &[T],
+        b: &[T],
+        c: &mut [T],
+        sc: Scale<T>,
+    );
+}
+
+/// [`gemm_broadcast`].
+struct Broadcast;
+/// [`gemm_dot`].
+struct Dot;
+/// [`gemm_transposed`].
+struct Transposed;
+
+impl Form for Broadcast {
+    #[inline(always)]
+    fn run<T: Real, K: Micro<T>, const MR: usize, const NR: usize, const NV: usize>(
+        g: &Gemm,
+        a: &[T],
+        b: &[T],
+        c: &mut [T],
+        sc: Scale<T>,
+    ) {
+        gemm_broadcast::<T, K, MR, NR, NV>(g, a, b, c, sc)
+    }
+}
+
+impl Form for Dot {
+    #[inline(always)]
+    fn run<T: Real, K: Micro<T>, const MR: usize, const NR: usize, const NV: usize>(
+        g: &Gemm,
+        a: &[T],
+        b: &[T],
+        c: &mut [T],
+        sc: Scale<T>,
+    ) {
+        gemm_dot::<T, K, NV>(g, a, b, c, sc)
+    }
+}
+
+impl Form for Transposed {
+    #[inline(always)]
+    fn run<T: Real, K: Micro<T>, const MR: usize, const NR: usize, const NV: usize>(
+        g: &Gemm,
+        a: &[T],
+        b: &[T],
+        c: &mut [T],
+        sc: Scale<T>,
+    ) {
+        // Five rows per block: the few rows of the transposed product (`n < NV`) then
+        // split into full blocks more often (ten columns: two blocks of five instead of
+        // two of four and two single rows), and the block instances differ from the
+        // broadcast form's, whose inlining they would otherwise change.
+        gemm_transposed::<T, K, 5, NR, NV>(g, a, b, c, sc)
+    }
+}
+
+/// Which [`Form`] computes the product at a level whose vectors hold `nv` elements: fewer
+/// columns than a vector go to the transposed product when `a` is transposed (its rows
+/// then fill the vectors), else to the dot-product form when `a`'s rows are contiguous;
+/// everything else to the broadcast form.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Choice {
+    Broadcast,
+    Dot,
+    Transposed,
+}
+
+fn choose(g: &Gemm, nv: usize) -> Choice {
+    if g.n < nv && g.m >= nv && g.rsa == 1 && g.csa != 1 {
+        Choice::Transposed
+    } else if g.n < nv && g.k >= nv && g.csa == 1 {
+        Choice::Dot
+    } else {
+        Choice::Broadcast
+    }
+}
+
+/// `c = (bᵀ @ aᵀ)ᵀ` for a transposed `a` and few columns: the broadcast form over the
+/// transposed product, whose right operand `aᵀ` then has contiguous rows read in place and
+/// whose `m` columns fill the vectors (`(512×256)ᵀ @ 256×10` f32: 89 µs in the broadcast
+/// form, which copies `a` into panels and fills 10 of 16 lanes). The same products in the
+/// same order as [`gemm_broadcast`], into a scratch `n × m` matrix, then scaled into `c`.
+#[inline(always)]
+fn gemm_transposed<T: Real, K: Micro<T>, const MR: usize, const NR: usize, const NV: usize>(
+    g: &Gemm,
+    a: &[T],
+    b: &[T],
+    c: &mut [T],
+    sc: Scale<T>,
+) {
+    let (m, n) = (g.m, g.n);
+    let t = Gemm {
+        m: n,
+        k: g.k,
+        n: m,
+        aoff: g.boff,
+        rsa: g.csb,
+        csa: g.rsb,
+        boff: g.aoff,
+        rsb: g.csa,
+        csb: g.rsa,
+    };
+    let mut ct = vec![T::default(); m * n];
+    let plain = Scale {
+        alpha: T::ONE,
+        beta: T::default(),
+    };
+    gemm_broadcast::<T, K, MR, NR, NV>(&t, b, a, &mut ct, plain);
+    for (j, col) in ct.chunks_exact(m).enumerate() {
+        for (i, &x) in col.iter().enumerate() {
+            let o = &mut c[i * n + j];
+            *o = sc.apply(x, *o);
+        }
+    }
+}
+
+/// The broadcast form (see the module docs).
+#[inline(always)]
+fn gemm_broadcast<T: Real, K: Micro<T>, const MR: usize, const NR: usize, const NV: usize>(
     g: &Gemm,
     a: &[T],
     b: &[T],
@@ -390,11 +850,12 @@ fn gemm<T: Real, K: Micro<T>, const MR: usize, const NR: usize, const NV: usize>
         }
     }
     let mut i0 = 0;
-    let (mut scratch, mut scratch1) = (Vec::new(), Vec::new());
+    let mut scratch = Vec::new();
     while i0 + MR <= m {
         row_block::<T, K, MR, NR, NV>(g, a, i0, rows, &tail, &mut scratch, c, sc);
         i0 += MR;
     }
+    let mut scratch1 = Vec::new();
     while i0 < m {
         row_block::<T, K, 1, NR, NV>(g, a, i0, rows, &tail, &mut scratch1, c, sc);
         i0 += 1;
@@ -409,7 +870,8 @@ macro_rules! dispatch {
         }
 
         /// `c = α·(a @ b) + β·c` at `level`, lowered to what the CPU has (tests run every
-        /// level without touching the process-wide one).
+        /// level without touching the process-wide one). Each form is its own copy per
+        /// level, so adding one does not change how the others compile.
         fn $at(
             level: crate::simd::Isa,
             g: &Gemm,
@@ -420,23 +882,42 @@ macro_rules! dispatch {
         ) {
             #[cfg(all(target_arch = "x86_64", not(miri)))]
             #[target_feature(enable = "avx2,fma")]
-            unsafe fn avx2(g: &Gemm, a: &[$t], b: &[$t], c: &mut [$t], sc: Scale<$t>) {
-                gemm::<$t, Lanes<true>, $($p256),*>(g, a, b, c, sc)
+            unsafe fn avx2<F: Form>(g: &Gemm, a: &[$t], b: &[$t], c: &mut [$t], sc: Scale<$t>) {
+                F::run::<$t, Ymm, $($p256),*>(g, a, b, c, sc)
             }
             #[cfg(all(target_arch = "x86_64", not(miri)))]
             #[target_feature(enable = "avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")]
-            unsafe fn avx512(g: &Gemm, a: &[$t], b: &[$t], c: &mut [$t], sc: Scale<$t>) {
-                gemm::<$t, Zmm, $($p512),*>(g, a, b, c, sc)
+            unsafe fn avx512<F: Form>(g: &Gemm, a: &[$t], b: &[$t], c: &mut [$t], sc: Scale<$t>) {
+                F::run::<$t, Zmm, $($p512),*>(g, a, b, c, sc)
+            }
+            fn base<F: Form>(g: &Gemm, a: &[$t], b: &[$t], c: &mut [$t], sc: Scale<$t>) {
+                F::run::<$t, Lanes<false>, $($p128),*>(g, a, b, c, sc)
+            }
+            /// The vector width (`NV`, the last of the level's constants).
+            fn nv(ps: &[usize]) -> usize {
+                ps[ps.len() - 1]
             }
             match level.min(crate::simd::detected_isa()) {
                 #[cfg(all(target_arch = "x86_64", not(miri)))]
-                // SAFETY: the level is clamped to `detected_isa()`, which reports `Avx512` only
-                // if it found avx512f/vl/dq/bw, avx2 and fma on this CPU.
-                crate::simd::Isa::Avx512 => unsafe { avx512(g, a, b, c, sc) },
+                // SAFETY (all three): the level is clamped to `detected_isa()`, which reports
+                // `Avx512` only if it found avx512f/vl/dq/bw, avx2 and fma on this CPU.
+                crate::simd::Isa::Avx512 => match choose(g, nv(&[$($p512),*])) {
+                    Choice::Broadcast => unsafe { avx512::<Broadcast>(g, a, b, c, sc) },
+                    Choice::Dot => unsafe { avx512::<Dot>(g, a, b, c, sc) },
+                    Choice::Transposed => unsafe { avx512::<Transposed>(g, a, b, c, sc) },
+                },
                 #[cfg(all(target_arch = "x86_64", not(miri)))]
-                // SAFETY: clamped as above: `Avx2` only if the CPU has avx2 and fma.
-                crate::simd::Isa::Avx2 => unsafe { avx2(g, a, b, c, sc) },
-                _ => gemm::<$t, Lanes<false>, $($p128),*>(g, a, b, c, sc),
+                // SAFETY (all three): clamped as above: `Avx2` only if the CPU has avx2 and fma.
+                crate::simd::Isa::Avx2 => match choose(g, nv(&[$($p256),*])) {
+                    Choice::Broadcast => unsafe { avx2::<Broadcast>(g, a, b, c, sc) },
+                    Choice::Dot => unsafe { avx2::<Dot>(g, a, b, c, sc) },
+                    Choice::Transposed => unsafe { avx2::<Transposed>(g, a, b, c, sc) },
+                },
+                _ => match choose(g, nv(&[$($p128),*])) {
+                    Choice::Broadcast => base::<Broadcast>(g, a, b, c, sc),
+                    Choice::Dot => base::<Dot>(g, a, b, c, sc),
+                    Choice::Transposed => base::<Transposed>(g, a, b, c, sc),
+                },
             }
         }
     };
@@ -568,6 +1049,38 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A 784-512-10 MLP's products at batch 256 (its training step, W7) and others: the
+    /// output layer and its gradients take the narrow forms at every vector width, square
+    /// and wide products the broadcast form.
+    #[test]
+    fn few_columns_take_the_transposed_or_the_dot_form() {
+        let g = |m: usize, k: usize, n: usize, (rsa, csa): (isize, isize)| Gemm {
+            m,
+            k,
+            n,
+            aoff: 0,
+            rsa,
+            csa,
+            boff: 0,
+            rsb: n as isize,
+            csb: 1,
+        };
+        for nv in [16, 8, 4] {
+            // h @ w2 (h row-major): dot products.
+            assert_eq!(choose(&g(256, 512, 3, (512, 1)), nv), Choice::Dot);
+            // hᵀ @ dl (h transposed in place): the transposed product.
+            assert_eq!(choose(&g(512, 256, 3, (1, 512)), nv), Choice::Transposed);
+            // dl @ w2ᵀ (512 columns) and a square product: the broadcast form.
+            assert_eq!(choose(&g(256, 10, 512, (10, 1)), nv), Choice::Broadcast);
+            assert_eq!(choose(&g(64, 64, 64, (64, 1)), nv), Choice::Broadcast);
+            // Too few rows to transpose, too short to take dot products.
+            assert_eq!(choose(&g(2, 256, 3, (1, 2)), nv), Choice::Broadcast);
+            assert_eq!(choose(&g(256, 2, 3, (2, 1)), nv), Choice::Broadcast);
+        }
+        assert_eq!(choose(&g(256, 512, 10, (512, 1)), 16), Choice::Dot);
+        assert_eq!(choose(&g(256, 512, 10, (512, 1)), 8), Choice::Broadcast);
     }
 
     #[test]
