@@ -615,7 +615,7 @@ const SMALL_B_BYTES: usize = 32 << 10;
 /// Products with fewer columns than this (one AVX-512 vector of `f32`) take [`small_gemm`]
 /// below [`PAR_GEMM_MACS`] (its transposed and dot-product forms; `matrixmultiply` packs
 /// both operands and fills few of its register block's columns).
-const FEW_COLUMNS: usize = 16;
+pub(super) const FEW_COLUMNS: usize = 16;
 /// Products of at least this many multiply-adds split their rows over the rayon pool
 /// (~2M: 15–20 µs on one core, where waking a second thread starts to pay).
 const PAR_GEMM_MACS: usize = 1 << 21;
