@@ -5,8 +5,8 @@
 //! and the graph compiles per 1,000 words (from an empty graph cache).
 //!
 //! Threads: each thread count runs in its own child process (its own graph-cache counters),
-//! with that many decoding threads (`decode_parallel`) and kiln's internal pool (rayon, which
-//! also splits large GEMMs) at one thread (`RAYON_NUM_THREADS=1`), so "1 thread" uses one core
+//! with that many decoding threads (`decode_parallel`) and kiln's thread team (which
+//! also splits large GEMMs) at one thread (`KILN_NUM_THREADS=1`), so "1 thread" uses one core
 //! and "2 threads" two.
 //!
 //! Usage: `cargo run --release -p kiln-benches --bin beam -- [--quick] [--beams 1,4,12]
@@ -131,7 +131,7 @@ fn spawn_children(o: &Opts) {
         let status = Command::new(&exe)
             .args(&child_args)
             .env(CHILD_ENV, "1")
-            .env("RAYON_NUM_THREADS", "1")
+            .env("KILN_NUM_THREADS", "1")
             .status()
             .expect("run the bench child process");
         assert!(status.success(), "the {t}-thread run failed: {status}");
@@ -185,7 +185,7 @@ fn write_nbest(
 
 /// The model's GEMM alone, `x @ W + b` with `W` `[256, 768]` (a GRU's gate projection) at the
 /// row counts of a mini-batch of 16 words at beam 1, 4 and 12, one `eval` each: what bounds a
-/// decoding step (`--gemm`; set `RAYON_NUM_THREADS=1` for one core).
+/// decoding step (`--gemm`; set `KILN_NUM_THREADS=1` for one core).
 fn gemm(reps: usize) {
     let w = kiln::Array::uniform(&[256, 768], -0.1, 0.1, 1, kiln::DType::F32).expect("w");
     let b = kiln::Array::uniform(&[768], -0.1, 0.1, 2, kiln::DType::F32).expect("b");

@@ -15,14 +15,15 @@
 //!   when contiguous). Float ops run SIMD lane kernels ([`vmath`]: vectorised `exp log tanh
 //!   sigmoid sin cos` with documented error bounds) compiled for SSE2, AVX2 + FMA and AVX-512
 //!   and picked at run time ([`isa`], `KILN_CPU_ISA`), so a default build uses the CPU's
-//!   widest vectors. Spaces of 64K positions or more run on all cores (rayon) in chunks fixed
-//!   by the size alone, each thread with its own registers.
+//!   widest vectors. Spaces of 64K positions or more run on all cores ([`Team`]: the calling
+//!   thread and helpers that spin briefly between loops) in chunks fixed by the size alone,
+//!   each thread with its own registers.
 //! * **Reductions** fold the prologue's blocks into per-output accumulators (`f64` for float
 //!   sums, vectorised, Neumaier-compensated for `f64`; wrapping `i64` for integers). Large
 //!   full reductions fold fixed chunks into partials merged in chunk order; large row
 //!   reductions give each task whole rows; so results never depend on the thread count.
 //!   **Matmul** uses `matrixmultiply` (AVX-512 kernels) on the strided views directly, its
-//!   rows split over the rayon pool above ~2M multiply-adds (one pool for every kernel), and
+//!   rows split over the thread team above ~2M multiply-adds (one team for every kernel), and
 //!   for products with at most 16 rows, at most 64³ multiply-adds or a right operand of at
 //!   most 64×64 elements its own unpacked register-blocked kernel (`kernels/small_gemm.rs`);
 //!   affine epilogues (`x @ w + b`, `w - lr·(xᵀ @ g)`) run inside either. **take**,
@@ -44,8 +45,8 @@
 //! The [`kiln_compiler::Executor`] implementation still evaluates whole expressions with
 //! the reference interpreter; the engine (compile, cache, `run`) replaces it.
 //!
-//! Depends on `kiln-ir`, `kiln-compiler`, `kiln-reference`, `matrixmultiply`, `rayon` and
-//! (Linux) `libc`.
+//! Depends on `kiln-ir`, `kiln-compiler`, `kiln-reference`, `matrixmultiply` and (Linux)
+//! `libc`.
 //!
 //! ```
 //! use kiln_compiler::{Input, Inst, InstOp, Kernel, KernelKind, Plan, Program, Slot, BufferDesc, OutputRef, Source, View};
@@ -85,6 +86,7 @@ mod par;
 mod simd;
 mod source;
 mod stream;
+mod team;
 mod typed;
 pub mod vmath;
 mod walk;
@@ -94,6 +96,7 @@ pub use simd::{detected_isa, isa, set_isa, Isa};
 pub use stream::{
     set_stream_min_bytes, stream_min_bytes, streamed_bytes, DEFAULT_STREAM_MIN_BYTES,
 };
+pub use team::{Team, DEFAULT_SPIN};
 pub use typed::{Conv, Elem, TSlice, TSliceMut, TypedVec};
 
 use kiln_compiler::{Arg, Backend, Executor, GroupKernel, Kernel, KernelKind, Launch};

@@ -666,11 +666,8 @@ fn products_split_over_threads_equal_the_reference() {
     // (uneven blocks here: 130 rows over 3 threads), plain and with every epilogue form (the
     // addend prefilled into each block's rows, the rest run over them), through a transposed
     // left operand, batched.
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(3)
-        .build()
-        .unwrap();
-    pool.install(|| {
+    let team = kiln_cpu::Team::new(3);
+    team.install(|| {
         let (batch, m, k, n) = (2, 130, 150, 120);
         for dt in [DType::F32, DType::F64] {
             let data = |len: usize, sd: u64| match dt {

@@ -315,12 +315,9 @@ fn cases() -> Vec<Case> {
 }
 
 fn run_on(threads: usize, case: &Case) -> (Result<Vec<HostData>>, Vec<NodeRef>) {
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .expect("a thread pool");
+    let team = kiln_cpu::Team::new(threads);
     let (pb, want) = (case.build)();
-    (pool.install(|| pb.run()), want)
+    (team.install(|| pb.run()), want)
 }
 
 fn bits(d: &[HostData]) -> Vec<Vec<u64>> {

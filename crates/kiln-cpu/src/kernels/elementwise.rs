@@ -2,7 +2,7 @@
 //! result stored into its contiguous output.
 //!
 //! Spaces of at least [`PAR_MIN`] positions are cut into chunks of [`CHUNK`] positions (a
-//! multiple of the block) that rayon runs on all cores, each thread with its own registers
+//! multiple of the block) that the thread team ([`crate::Team`]) runs on all cores, each thread with its own registers
 //! ([`Interp`]); smaller spaces run on the calling thread. Every position's value is computed
 //! the same way on either path, so results do not depend on the thread count; a value error
 //! (integer division by zero) reports the first failing chunk's error.

@@ -25,7 +25,6 @@ use crate::typed::{copy_cast, TSlice, TSliceMut, TypedVec};
 use crate::walk::{internal, Walk};
 use kiln_compiler::{Arg, InstOp, Kernel, Launch, Program, Strided};
 use kiln_ir::{BinaryOp, DType, Result, Scalar, UnaryOp};
-use rayon::prelude::*;
 use smallvec::SmallVec;
 
 /// One operand: its data with the strides and offset of its `[.., rows, cols]` view.
@@ -616,7 +615,7 @@ const SMALL_B_BYTES: usize = 32 << 10;
 /// below [`PAR_GEMM_MACS`] (its transposed and dot-product forms; `matrixmultiply` packs
 /// both operands and fills few of its register block's columns).
 pub(super) const FEW_COLUMNS: usize = 16;
-/// Products of at least this many multiply-adds split their rows over the rayon pool
+/// Products of at least this many multiply-adds split their rows over the thread team
 /// (~2M: 15–20 µs on one core, where waking a second thread starts to pay).
 const PAR_GEMM_MACS: usize = 1 << 21;
 /// Rows per parallel block at least.
@@ -716,9 +715,9 @@ impl Gemm {
     }
 
     /// Runs `f` on blocks of rows of the product (a sub-`Gemm`, its first row and its rows
-    /// of `c`) across the rayon pool when the product is worth splitting
+    /// of `c`) across the thread team when the product is worth splitting
     /// ([`PAR_GEMM_MACS`]), else on the whole; returns the first block's error. Each block
-    /// is an independent `matrixmultiply` call (built without its own threads), so one pool
+    /// is an independent `matrixmultiply` call (built without its own threads), so one team
     /// serves GEMMs and every other kernel, and nested parallel work (a decoder's
     /// sentences) composes instead of oversubscribing the cores.
     fn split_rows<T: Send>(
@@ -730,24 +729,25 @@ impl Gemm {
         let tasks = if macs < PAR_GEMM_MACS || self.n == 0 {
             1
         } else {
-            rayon::current_num_threads().min(self.m / PAR_GEMM_ROWS)
+            crate::Team::current_threads().min(self.m / PAR_GEMM_ROWS)
         };
         if tasks <= 1 {
             return f(self, 0, c);
         }
         let rows = self.m.div_ceil(tasks).next_multiple_of(8);
-        let results: Vec<Result<()>> = c
-            .par_chunks_mut(rows * self.n)
-            .enumerate()
-            .map(|(i, block)| {
+        let blocks: Vec<&mut [T]> = c.chunks_mut(rows * self.n).collect();
+        let results = crate::par::map_init(
+            blocks,
+            || (),
+            |_, i, block| {
                 let g = Gemm {
                     m: block.len() / self.n,
                     aoff: self.aoff + (i * rows) as isize * self.rsa,
                     ..*self
                 };
                 f(&g, i * rows, block)
-            })
-            .collect();
+            },
+        );
         results.into_iter().collect()
     }
 
