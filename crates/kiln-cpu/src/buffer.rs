@@ -9,7 +9,7 @@
 //!
 //! Depends on [`crate::typed`] and `kiln-ir`.
 
-use crate::typed::{TSlice, TSliceMut, TypedVec};
+use crate::typed::{TSlice, TSliceMut, TypedVec, ALIGN_BYTES};
 use kiln_ir::{DType, HostData, HostVec, Recycle};
 use std::sync::Mutex;
 
@@ -175,6 +175,8 @@ impl BufferPool {
             let found = {
                 let mut p = self.lock();
                 let c = class_of(len);
+                // Room for the padding that aligns the elements (`Aligned::realign`).
+                let need = len + ALIGN_BYTES / dtype.size_bytes();
                 let lists = &mut p.free[dtype_index(dtype)];
                 let mut found = None;
                 for class in [c, c + 1] {
@@ -184,7 +186,7 @@ impl BufferPool {
                     let list = &mut lists[class];
                     if let Some(i) = list
                         .iter()
-                        .rposition(|e| e.v.capacity() >= len && e.v.capacity() <= 2 * len)
+                        .rposition(|e| e.v.capacity() >= need && e.v.capacity() <= 2 * len)
                     {
                         found = Some(list.swap_remove(i).v);
                         break;
@@ -305,7 +307,8 @@ impl PoolInner {
 /// assert_eq!(POOL.stats().bytes, 0);
 /// drop(out);
 /// assert_eq!(POOL.stats().bytes, 1024);
-/// assert_eq!(POOL.take(DType::F32, 256).len(), 256);
+/// // reused for up to 240 elements (16 f32 of room to start them on a cache line)
+/// assert_eq!(POOL.take(DType::F32, 240).len(), 240);
 /// assert_eq!(POOL.stats().hits, 1);
 /// ```
 impl Recycle for BufferPool {
@@ -329,7 +332,7 @@ fn fresh(dtype: DType, len: usize) -> TypedVec {
 
 #[cfg(all(target_os = "linux", not(miri)))]
 fn advise_huge_pages(v: &TypedVec) {
-    let bytes = v.capacity() * v.dtype().size_bytes();
+    let bytes = v.len() * v.dtype().size_bytes();
     if bytes < HUGE_PAGE_MIN_BYTES {
         return;
     }
@@ -339,7 +342,8 @@ fn advise_huge_pages(v: &TypedVec) {
     let end = (ptr + bytes) & !(PAGE - 1);
     if end > start {
         // SAFETY: `madvise` only changes the kernel's paging policy for `[start, end)`, a
-        // page-aligned range inside this vector's live allocation (`ptr..ptr + bytes`); it
+        // page-aligned range inside this vector's elements (`ptr..ptr + bytes`), so inside
+        // its live allocation; it
         // neither reads nor writes the memory, and MADV_HUGEPAGE preserves its contents. The
         // return value is ignored: the advice is optional (THP may be disabled).
         unsafe {
@@ -355,19 +359,34 @@ fn advise_huge_pages(_: &TypedVec) {}
 mod tests {
     use super::*;
 
+    /// The address of the first element.
+    fn addr(v: &TypedVec) -> usize {
+        crate::typed::with_variant!(v, TypedVec, x => x.as_ptr() as usize)
+    }
+
+    /// An unpadded vector of exactly `n` elements.
+    fn plain(d: DType, n: usize) -> TypedVec {
+        let v = crate::typed::with_dtype!(d, T => TypedVec::from(kiln_ir::HostVec::from(vec![T::default(); n])));
+        assert_eq!((v.len(), v.capacity()), (n, n));
+        v
+    }
+
     #[test]
     fn reuses_by_dtype_and_size() {
         let pool = BufferPool::new(1 << 20);
         let a = pool.take(DType::F64, 100);
+        // 8 f64 of padding: room to start the elements on a 64-byte boundary.
+        assert_eq!((a.capacity(), addr(&a) % 64), (108, 0));
         pool.put(a);
-        assert_eq!(pool.stats().bytes, 800);
+        assert_eq!(pool.stats().bytes, 864);
         // Other dtype, much smaller or larger: fresh.
         let _ = pool.take(DType::F32, 100);
         let _ = pool.take(DType::F64, 10);
         let _ = pool.take(DType::F64, 1000);
         assert_eq!(pool.stats().hits, 0);
         let b = pool.take(DType::F64, 60);
-        assert_eq!((b.len(), b.capacity()), (60, 100));
+        assert_eq!((b.len(), b.capacity()), (60, 108));
+        assert_eq!(addr(&b) % 64, 0);
         assert_eq!(
             pool.stats(),
             PoolStats {
@@ -383,20 +402,21 @@ mod tests {
     #[test]
     fn stays_within_its_limit() {
         let pool = BufferPool::new(1000);
-        pool.put(TypedVec::zeros(DType::F32, 200)); // 800 bytes
-        pool.put(TypedVec::zeros(DType::F32, 100)); // 400: the older 800 make room
+        pool.put(plain(DType::F32, 200)); // 800 bytes
+        pool.put(plain(DType::F32, 100)); // 400: the older 800 make room
         assert_eq!((pool.stats().bytes, pool.stats().buffers), (400, 1));
-        pool.put(TypedVec::zeros(DType::F64, 200)); // 1600 > the bound: freed, nothing evicted
+        pool.put(plain(DType::F64, 200)); // 1600 > the bound: freed, nothing evicted
         assert_eq!((pool.stats().bytes, pool.stats().buffers), (400, 1));
-        pool.put(TypedVec::zeros(DType::I32, 150)); // 600: fits beside
+        pool.put(plain(DType::I32, 150)); // 600: fits beside
         assert_eq!((pool.stats().bytes, pool.stats().buffers), (1000, 2));
         pool.set_limit(700); // the older (400 bytes) goes
         assert_eq!(pool.stats().bytes, 600);
-        assert_eq!(pool.take(DType::I32, 150).len(), 150);
+        // 16 i32 of the 150 are left for the padding
+        assert_eq!(pool.take(DType::I32, 134).len(), 134);
         assert_eq!(pool.stats().hits, 1);
         pool.set_limit(100);
         assert_eq!(pool.stats().bytes, 0);
-        pool.put(TypedVec::zeros(DType::Bool, 50));
+        pool.put(plain(DType::Bool, 50));
         pool.clear();
         assert_eq!(pool.stats().buffers, 0);
     }
@@ -404,18 +424,18 @@ mod tests {
     #[test]
     fn a_full_pool_frees_the_least_recently_released() {
         let pool = BufferPool::new(1000);
-        pool.put(TypedVec::zeros(DType::F32, 75)); // 300 bytes, oldest
-        pool.put(TypedVec::zeros(DType::I32, 75)); // 300
-        pool.put(TypedVec::zeros(DType::F64, 25)); // 200
-        let a = pool.take(DType::I32, 75); // the I32 vector leaves ...
+        pool.put(plain(DType::F32, 75)); // 300 bytes, oldest
+        pool.put(plain(DType::I32, 75)); // 300
+        pool.put(plain(DType::F64, 25)); // 200
+        let a = pool.take(DType::I32, 59); // the I32 vector leaves (16 left for padding) ...
         pool.put(a); // ... and comes back: now the newest
-        pool.put(TypedVec::zeros(DType::I64, 60)); // 480: 1280 > 1000, frees the F32 only
+        pool.put(plain(DType::I64, 60)); // 480: 1280 > 1000, frees the F32 only
         let st = pool.stats();
         assert_eq!((st.bytes, st.buffers), (980, 3), "{st:?}");
         let misses = st.misses;
-        let _ = pool.take(DType::F32, 75);
+        let _ = pool.take(DType::F32, 59);
         assert_eq!(pool.stats().misses, misses + 1, "the F32 vector was freed");
-        for (d, n) in [(DType::I32, 75), (DType::F64, 25), (DType::I64, 60)] {
+        for (d, n) in [(DType::I32, 59), (DType::F64, 17), (DType::I64, 52)] {
             let _ = pool.take(d, n);
         }
         assert_eq!(pool.stats().misses, misses + 1, "the others were kept");

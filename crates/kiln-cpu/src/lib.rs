@@ -97,7 +97,7 @@ pub use stream::{
     set_stream_min_bytes, stream_min_bytes, streamed_bytes, DEFAULT_STREAM_MIN_BYTES,
 };
 pub use team::{Team, DEFAULT_SPIN};
-pub use typed::{Conv, Elem, TSlice, TSliceMut, TypedVec};
+pub use typed::{Aligned, Conv, Elem, TSlice, TSliceMut, TypedVec, ALIGN_BYTES};
 
 use kiln_compiler::{Arg, Backend, Executor, GroupKernel, Kernel, KernelKind, Launch};
 use kiln_ir::{DType, HostData, LazyExpr, Result};

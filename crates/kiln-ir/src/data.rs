@@ -86,6 +86,24 @@ impl<T: Element> Shared<T> {
     pub fn recycled(vec: Vec<T>, home: &'static dyn Recycle) -> Shared<T> {
         Shared::from(Recycled::new(vec, home))
     }
+
+    /// [`Shared::recycled`] over the elements `vec[start..]`: the first `start` elements
+    /// are padding that stays with the storage (a backend aligns its buffers this way).
+    ///
+    /// ```
+    /// use kiln_ir::{HostVec, Recycle, Shared};
+    /// #[derive(Debug)]
+    /// struct Home;
+    /// impl Recycle for Home {
+    ///     fn recycle(&self, _: HostVec) {}
+    /// }
+    /// let a = Shared::recycled_from(vec![0.0f32, 0.0, 1.5, 2.5], 2, &Home);
+    /// assert_eq!(&a[..], &[1.5, 2.5]);
+    /// assert_eq!(a.into_vec(), vec![1.5, 2.5]);
+    /// ```
+    pub fn recycled_from(vec: Vec<T>, start: usize, home: &'static dyn Recycle) -> Shared<T> {
+        Shared::from(Recycled::starting_at(vec, start, home))
+    }
 }
 
 impl<T: Clone> Shared<T> {
@@ -224,6 +242,8 @@ impl From<HostVec> for HostData {
 #[derive(Debug)]
 pub struct Recycled<T> {
     vec: Vec<T>,
+    /// The elements are `vec[start..]`.
+    start: usize,
     home: &'static dyn Recycle,
     /// `T::into_host_vec` (a function pointer, so `Recycled<T>` and its `Drop` need no
     /// `Element` bound and [`Shared`] stays unbounded).
@@ -244,7 +264,25 @@ impl<T: Element> Recycled<T> {
     /// assert_eq!(r.len(), 2);
     /// ```
     pub fn new(vec: Vec<T>, home: &'static dyn Recycle) -> Recycled<T> {
+        Recycled::starting_at(vec, 0, home)
+    }
+
+    /// Wraps the elements `vec[start..]` (no copy; `start` is clamped to the length): the
+    /// first `start` are padding, which goes home with the rest.
+    ///
+    /// ```
+    /// use kiln_ir::{HostVec, Recycle, Recycled};
+    /// #[derive(Debug)]
+    /// struct Ignore;
+    /// impl Recycle for Ignore {
+    ///     fn recycle(&self, _: HostVec) {}
+    /// }
+    /// let r = Recycled::starting_at(vec![9i64, 1, 2], 1, &Ignore);
+    /// assert_eq!(&r[..], &[1, 2]);
+    /// ```
+    pub fn starting_at(vec: Vec<T>, start: usize, home: &'static dyn Recycle) -> Recycled<T> {
         Recycled {
+            start: start.min(vec.len()),
             vec,
             home,
             wrap: T::into_host_vec,
@@ -253,7 +291,8 @@ impl<T: Element> Recycled<T> {
 }
 
 impl<T> Recycled<T> {
-    /// The `Vec`, moved out (no copy); it no longer goes home.
+    /// The `Vec` of the elements, moved out; it no longer goes home. No copy, except that
+    /// elements after padding ([`Recycled::starting_at`]) are moved to the front.
     ///
     /// ```
     /// use kiln_ir::{HostVec, Recycle, Recycled};
@@ -269,7 +308,9 @@ impl<T> Recycled<T> {
     /// ```
     pub fn into_vec(mut self) -> Vec<T> {
         // `Drop` then sees an empty, zero-capacity vector and sends nothing home.
-        std::mem::take(&mut self.vec)
+        let mut v = std::mem::take(&mut self.vec);
+        v.drain(..self.start);
+        v
     }
 
     /// The home the storage goes back to.
@@ -292,7 +333,7 @@ impl<T> Recycled<T> {
 impl<T> Deref for Recycled<T> {
     type Target = [T];
     fn deref(&self) -> &[T] {
-        &self.vec
+        &self.vec[self.start..]
     }
 }
 
@@ -397,12 +438,29 @@ impl HostData {
     /// assert_eq!((d.dtype(), d.len()), (kiln_ir::DType::I32, 2));
     /// ```
     pub fn recycled(v: HostVec, home: &'static dyn Recycle) -> HostData {
+        HostData::recycled_from(v, 0, home)
+    }
+
+    /// [`HostData::recycled`] over the elements from `start` on (the first `start` are
+    /// padding that goes home with the storage; see [`Recycled::starting_at`]).
+    ///
+    /// ```
+    /// use kiln_ir::{HostData, HostVec, Recycle, Scalar};
+    /// #[derive(Debug)]
+    /// struct Pool;
+    /// impl Recycle for Pool {
+    ///     fn recycle(&self, _: HostVec) {}
+    /// }
+    /// let d = HostData::recycled_from(HostVec::from(vec![0i32, 7, 8]), 1, &Pool);
+    /// assert_eq!((d.len(), d.get(0)), (2, Scalar::Int(7)));
+    /// ```
+    pub fn recycled_from(v: HostVec, start: usize, home: &'static dyn Recycle) -> HostData {
         match v {
-            HostVec::Bool(v) => HostData::Bool(Shared::recycled(v, home)),
-            HostVec::I32(v) => HostData::I32(Shared::recycled(v, home)),
-            HostVec::I64(v) => HostData::I64(Shared::recycled(v, home)),
-            HostVec::F32(v) => HostData::F32(Shared::recycled(v, home)),
-            HostVec::F64(v) => HostData::F64(Shared::recycled(v, home)),
+            HostVec::Bool(v) => HostData::Bool(Shared::recycled_from(v, start, home)),
+            HostVec::I32(v) => HostData::I32(Shared::recycled_from(v, start, home)),
+            HostVec::I64(v) => HostData::I64(Shared::recycled_from(v, start, home)),
+            HostVec::F32(v) => HostData::F32(Shared::recycled_from(v, start, home)),
+            HostVec::F64(v) => HostData::F64(Shared::recycled_from(v, start, home)),
         }
     }
 
