@@ -566,6 +566,45 @@ impl<'p> Interp<'p> {
         if self.streaming {
             return;
         }
+        let results = &self.program.results;
+        for (j, &r) in results.iter().enumerate() {
+            let Some(out) = outs.get(j) else { continue };
+            if results.iter().filter(|&&x| x == r).count() != 1 {
+                continue;
+            }
+            if let Some(si) = self.store_step(srcs, r as usize, out.dtype()) {
+                self.stores.push((si, j));
+            }
+        }
+    }
+
+    /// Lets [`Interp::eval`] compute result `j` (only) straight into `outs[k]` under the
+    /// conditions of [`Interp::store_results`] except that other results may be the same
+    /// value: the caller then reads them from `outs[k]` (a reduction whose side output is
+    /// the value it folds). Returns whether it will.
+    pub fn store_result_into(
+        &mut self,
+        srcs: &[Src<'_>],
+        j: usize,
+        k: usize,
+        dtype: DType,
+    ) -> bool {
+        self.stores.clear();
+        if self.streaming {
+            return false;
+        }
+        match self.store_step(srcs, self.program.results[j] as usize, dtype) {
+            Some(si) => {
+                self.stores.push((si, k));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The step that computes instruction `r` if it may store straight into an output of
+    /// `dtype` (see [`Interp::store_results`]).
+    fn store_step(&self, srcs: &[Src<'_>], r: usize, dtype: DType) -> Option<usize> {
         let insts = &self.program.insts;
         // Steps before this one load every aliased source.
         let after_aliases = self
@@ -578,33 +617,22 @@ impl<'p> Interp<'p> {
                 _ => false,
             })
             .map_or(0, |p| p + 1);
-        let results = &self.program.results;
-        for (j, &r) in results.iter().enumerate() {
-            let r = r as usize;
-            let Some(out) = outs.get(j) else { continue };
-            let computed = matches!(
-                insts[r].op,
-                InstOp::Unary(..) | InstOp::Binary(..) | InstOp::Where(..) | InstOp::Cast(_)
-            );
-            if !computed || insts[r].dtype != out.dtype() {
-                continue;
-            }
-            if results.iter().filter(|&&x| x as usize == r).count() != 1
-                || insts[r + 1..]
-                    .iter()
-                    .any(|i| operands(&i.op).any(|v| v as usize == r))
-            {
-                continue;
-            }
-            if let Some(si) = self
-                .steps
+        let computed = matches!(
+            insts[r].op,
+            InstOp::Unary(..) | InstOp::Binary(..) | InstOp::Where(..) | InstOp::Cast(_)
+        );
+        if !computed
+            || insts[r].dtype != dtype
+            || insts[r + 1..]
                 .iter()
-                .position(|st| st.inst == r && st.tmp.is_none())
-                .filter(|&si| si >= after_aliases)
-            {
-                self.stores.push((si, j));
-            }
+                .any(|i| operands(&i.op).any(|v| v as usize == r))
+        {
+            return None;
         }
+        self.steps
+            .iter()
+            .position(|st| st.inst == r && st.tmp.is_none())
+            .filter(|&si| si >= after_aliases)
     }
 
     /// Streams the results out (non-temporal stores, see [`crate::stream`]) if `on` and no
@@ -659,6 +687,16 @@ impl<'p> Interp<'p> {
     /// The declared dtype of result `j`.
     pub fn result_dtype(&self, j: usize) -> DType {
         self.program.insts[self.program.results[j] as usize].dtype
+    }
+
+    /// Whether results `a` and `b` are the same value.
+    pub fn same_result(&self, a: usize, b: usize) -> bool {
+        self.program.results[a] == self.program.results[b]
+    }
+
+    /// Stops [`Interp::eval`] storing results into outputs (see [`Interp::store_results`]).
+    pub fn clear_stores(&mut self) {
+        self.stores.clear();
     }
 
     /// Number of results.

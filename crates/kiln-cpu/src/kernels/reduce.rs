@@ -571,6 +571,27 @@ fn fold<T: Elem, R: Reducer<T>>(
     fast: Option<Fast<'_, T>>,
 ) -> Result<()> {
     let ab = acc_base as isize;
+    // A side output that is the folded value itself (softmax's `exp(x - m)`) is computed
+    // straight into the output and folded from there, instead of copied out of a register.
+    interp.clear_stores();
+    let program_results = interp.results();
+    let folded_side = if fast.is_none() {
+        let same: Vec<usize> = (1..program_results)
+            .filter(|&j| interp.same_result(0, j))
+            .collect();
+        (same.len() == 1)
+            .then(|| same[0])
+            .filter(|&j| {
+                side.get(j - 1)
+                    .is_some_and(|o| interp.store_result_into(srcs, 0, j - 1, o.dtype()))
+            })
+            .map(|j| j - 1)
+    } else {
+        None
+    };
+    if folded_side.is_some() {
+        interp.set_outs_base(start);
+    }
     let mut s = start;
     while s < end {
         let n = BLOCK.min(end - s);
@@ -603,16 +624,31 @@ fn fold<T: Elem, R: Reducer<T>>(
             }
         }
         source::prefetch(srcs, s + n, (s + 2 * n).min(end));
-        interp.eval(srcs, &mut [], s, n)?;
-        for (j, out) in side.iter_mut().enumerate() {
-            copy_cast(
-                interp.result(j + 1, srcs, s, n),
-                out.range(s - start, s - start + n),
-            );
+        let (a, b) = (s - start, s - start + n);
+        match folded_side {
+            Some(k) => {
+                interp.eval(srcs, side, s, n)?;
+                for (j, out) in side.iter_mut().enumerate() {
+                    if !interp.same_result(0, j + 1) {
+                        copy_cast(interp.result(j + 1, srcs, s, n), out.range(a, b));
+                    }
+                }
+                let vals: &[T] = slice_of(side[k].as_ref().range(a, b));
+                fold_runs::<T, R>(owalk, s, n, vals, acc, ab);
+            }
+            None => {
+                interp.eval(srcs, &mut [], s, n)?;
+                for (j, out) in side.iter_mut().enumerate() {
+                    copy_cast(interp.result(j + 1, srcs, s, n), out.range(a, b));
+                }
+                let vals: &[T] = slice_of(interp.result(0, srcs, s, n));
+                fold_runs::<T, R>(owalk, s, n, vals, acc, ab);
+            }
         }
-        let vals: &[T] = slice_of(interp.result(0, srcs, s, n));
-        fold_runs::<T, R>(owalk, s, n, vals, acc, ab);
         s += n;
+    }
+    if folded_side.is_some() {
+        interp.clear_stores();
     }
     Ok(())
 }
