@@ -74,6 +74,12 @@ pub struct Interp<'p> {
     /// Results go out through a streaming [`crate::stream::Writer`] (set by
     /// [`Interp::set_streaming`]): no direct stores.
     streaming: bool,
+    /// `(load step, reader step, output)`: a load of output `j` read in place, whose only
+    /// reader is a uniform-operand `+ - * /` storing into output `j`: in a block where the
+    /// reader takes the uniform form it runs over the output in place and the load is
+    /// skipped; otherwise the load runs just before the reader (see
+    /// [`Interp::store_results`]).
+    lazy: Option<(usize, usize, usize)>,
     /// Per source: positions per run of one repeated value (its walk's innermost dimension
     /// when that is broadcast, else 1). A block inside one such run loads one value.
     spans: Vec<usize>,
@@ -332,6 +338,7 @@ impl<'p> Interp<'p> {
             outs_base: 0,
             stores: SmallVec::new(),
             streaming: false,
+            lazy: None,
             spans: srcs
                 .iter()
                 .map(|src| match (src.kind, src.walk.strides.last()) {
@@ -369,6 +376,25 @@ impl<'p> Interp<'p> {
                 continue;
             }
             self.uniform[inst] = false;
+            if let Some((ls, bs, j)) = self.lazy {
+                if si == ls {
+                    continue;
+                }
+                if si == bs {
+                    if self.uses_uniform(step) {
+                        let InstOp::Binary(bop, a, b) = *op else {
+                            unreachable!("a lazy load's reader is a binary step")
+                        };
+                        let left = self.uniform[a as usize];
+                        let sv = if left { a } else { b };
+                        let base = start - self.outs_base;
+                        let s = self.value(sv, srcs, start, 1);
+                        ops::binary_uniform_in_place(bop, left, outs[j].range(base, base + n), s)?;
+                        continue;
+                    }
+                    self.load_alias(self.steps[ls], srcs, outs, start, n);
+                }
+            }
             if !self.uses_uniform(step) {
                 self.materialize_operands(step, n);
             }
@@ -430,6 +456,31 @@ impl<'p> Interp<'p> {
             }
         }
         Ok(())
+    }
+
+    /// Runs the load step `step` of an output read in place (see [`Interp::lazy`]).
+    fn load_alias(
+        &mut self,
+        step: Step,
+        srcs: &[Src<'_>],
+        outs: &[TSliceMut<'_>],
+        start: usize,
+        n: usize,
+    ) {
+        let InstOp::Load(x) = self.program.insts[step.inst].op else {
+            unreachable!("a lazy load is a load")
+        };
+        let src = &srcs[x as usize];
+        let offset = src.walk.offset - self.outs_base as isize;
+        let mut dst = std::mem::take(&mut self.regs[step.out]);
+        src.read(
+            &src.walk,
+            offset,
+            start,
+            dst.as_mut_slice().range(0, n),
+            outs,
+        );
+        self.regs[step.out] = dst;
     }
 
     /// Whether `step` reads its uniform operand (if any) as one value: a float `+ - * /`
@@ -563,6 +614,7 @@ impl<'p> Interp<'p> {
     /// returns true must not be copied out by the caller.
     pub fn store_results(&mut self, srcs: &[Src<'_>], outs: &[TSliceMut<'_>]) {
         self.stores.clear();
+        self.lazy = None;
         if self.streaming {
             return;
         }
@@ -576,6 +628,53 @@ impl<'p> Interp<'p> {
                 self.stores.push((si, j));
             }
         }
+        self.lazy = self.lazy_load(srcs);
+    }
+
+    /// A load of output `j` read in place whose only reader is a `+ - * /` of the uniform
+    /// kind storing into output `j` at the same positions: the reader can run in place.
+    fn lazy_load(&self, srcs: &[Src<'_>]) -> Option<(usize, usize, usize)> {
+        let insts = &self.program.insts;
+        for &(bs, j) in &self.stores {
+            let step = self.steps[bs];
+            let InstOp::Binary(bop, a, b) = insts[step.inst].op else {
+                continue;
+            };
+            if step.pair.is_some()
+                || step.tmp.is_some()
+                || a == b
+                || !ops::uniform_ok(bop, insts[step.inst].dtype)
+            {
+                continue;
+            }
+            for v in [a, b] {
+                let v = v as usize;
+                let InstOp::Load(x) = insts[v].op else {
+                    continue;
+                };
+                let in_place = srcs.get(x as usize).is_some_and(|src| {
+                    matches!(src.kind, crate::source::SrcKind::Alias(k) if k == j)
+                        && src.walk.contiguous_offset() == Some(0)
+                        && src.dtype == insts[v].dtype
+                });
+                let readers = insts
+                    .iter()
+                    .filter(|i| operands(&i.op).any(|u| u as usize == v))
+                    .count();
+                let result = self.program.results.iter().any(|&r| r as usize == v);
+                if !in_place || readers != 1 || result || !matches!(self.locs[v], Loc::Reg(_)) {
+                    continue;
+                }
+                if let Some(ls) = self
+                    .steps
+                    .iter()
+                    .position(|st| st.inst == v && st.tmp.is_none())
+                {
+                    return Some((ls, bs, j));
+                }
+            }
+        }
+        None
     }
 
     /// Lets [`Interp::eval`] compute result `j` (only) straight into `outs[k]` under the
@@ -590,6 +689,7 @@ impl<'p> Interp<'p> {
         dtype: DType,
     ) -> bool {
         self.stores.clear();
+        self.lazy = None;
         if self.streaming {
             return false;
         }
@@ -697,6 +797,7 @@ impl<'p> Interp<'p> {
     /// Stops [`Interp::eval`] storing results into outputs (see [`Interp::store_results`]).
     pub fn clear_stores(&mut self) {
         self.stores.clear();
+        self.lazy = None;
     }
 
     /// Number of results.

@@ -486,6 +486,34 @@ pub fn uniform_ok(op: BinaryOp, dtype: DType) -> bool {
         )
 }
 
+/// [`binary_uniform`] over `out` in place (`out[i] = op(out[i], s[0])`, or `op(s[0], out[i])`
+/// when `left`): the same roundings.
+pub fn binary_uniform_in_place(
+    op: BinaryOp,
+    left: bool,
+    out: TSliceMut<'_>,
+    s: TSlice<'_>,
+) -> Result<()> {
+    let done = match (out, s) {
+        (TSliceMut::F32(o), TSlice::F32(&[s, ..])) => {
+            crate::vmath::binary_uniform_in_place_f32(op, left, o, s)
+        }
+        (TSliceMut::F64(o), TSlice::F64(&[s, ..])) => {
+            crate::vmath::binary_uniform_in_place_f64(op, left, o, s)
+        }
+        _ => false,
+    };
+    if done {
+        Ok(())
+    } else {
+        Err(crate::walk::internal(format!(
+            "{} in place with a uniform operand of {} elements: not supported for these operands",
+            op.name(),
+            s.len()
+        )))
+    }
+}
+
 /// `out[i] = op(x[i], s[0])`, or `op(s[0], x[i])` when `left`, for the ops and dtypes of
 /// [`uniform_ok`]: a binary op whose other operand is one value over the block (a per-row
 /// broadcast value), with the same roundings as [`binary`] over the repeated value.

@@ -548,6 +548,85 @@ versions! {
     pub fn binary_uniform_f64 = binary_uniform_f64_generic(op: BinaryOp, left: bool, x: &[f64], s: f64, o: &mut [f64]) -> bool
 }
 
+/// [`binary_uniform_generic`] over `o` in place (`o[i] = op(o[i], s)`, or `op(s, o[i])`):
+/// the same roundings. The Markstein division runs when no element is outside its range
+/// (checked first); otherwise every element is divided.
+macro_rules! binary_uniform_in_place_generic {
+    ($name:ident, $t:ty, $p:expr, $e:expr) => {
+        #[inline(always)]
+        fn $name<const F: bool>(op: BinaryOp, left: bool, o: &mut [$t], s: $t) -> bool {
+            use BinaryOp::*;
+            let two: $t = 2.0;
+            if F && op == Div && !left && s.abs() >= two.powi(-$p) && s.abs() <= two.powi($p) {
+                let r = 1.0 / s;
+                let (lo, hi) = (two.powi(-$e), two.powi($e));
+                // A read-only scan first (NaN compares false: outside): the correction
+                // overwrites the dividends that the division of outside elements needs.
+                let outside = o
+                    .iter()
+                    .fold(false, |f, &a| f | !(a.abs() >= lo && a.abs() <= hi));
+                if outside {
+                    for v in o.iter_mut() {
+                        *v /= s;
+                    }
+                } else {
+                    for v in o.iter_mut() {
+                        let a = *v;
+                        let q = a * r;
+                        let e = (-q).mul_add(s, a);
+                        *v = e.mul_add(r, q);
+                    }
+                }
+                return true;
+            }
+            macro_rules! each {
+                ($f:expr) => {
+                    for v in o.iter_mut() {
+                        *v = $f(*v);
+                    }
+                };
+            }
+            match (op, left) {
+                (Add, false) => each!(|a| a + s),
+                (Add, true) => each!(|a| s + a),
+                (Sub, false) => each!(|a| a - s),
+                (Sub, true) => each!(|a| s - a),
+                (Mul, false) => each!(|a| a * s),
+                (Mul, true) => each!(|a| s * a),
+                (Div, false) => each!(|a| a / s),
+                (Div, true) => each!(|a| s / a),
+                _ => return false,
+            }
+            true
+        }
+    };
+}
+binary_uniform_in_place_generic!(binary_uniform_in_place_f32_generic, f32, 24, 100);
+binary_uniform_in_place_generic!(binary_uniform_in_place_f64_generic, f64, 53, 900);
+
+versions! {
+    /// [`binary_uniform_f32`] in place: `o[i] = op(o[i], s)`, or `op(s, o[i])` when `left`,
+    /// bit-identical to it (false for ops other than `+ - * /`).
+    ///
+    /// ```
+    /// let mut o = [3.0f32, 6.0];
+    /// assert!(kiln_cpu::vmath::binary_uniform_in_place_f32(kiln_ir::BinaryOp::Div, false, &mut o, 3.0));
+    /// assert_eq!(o, [1.0, 2.0]);
+    /// ```
+    pub fn binary_uniform_in_place_f32 = binary_uniform_in_place_f32_generic(op: BinaryOp, left: bool, o: &mut [f32], s: f32) -> bool
+}
+
+versions! {
+    /// [`binary_uniform_in_place_f32`] for `f64`.
+    ///
+    /// ```
+    /// let mut o = [1.0f64];
+    /// assert!(kiln_cpu::vmath::binary_uniform_in_place_f64(kiln_ir::BinaryOp::Sub, true, &mut o, 4.0));
+    /// assert_eq!(o, [3.0]);
+    /// ```
+    pub fn binary_uniform_in_place_f64 = binary_uniform_in_place_f64_generic(op: BinaryOp, left: bool, o: &mut [f64], s: f64) -> bool
+}
+
 #[inline(always)]
 fn zip3_map<T: Copy>(x: &[T], y: &[T], z: &[T], o: &mut [T], f: impl Fn(T, T, T) -> T) {
     let n = x.len().min(y.len()).min(z.len()).min(o.len());

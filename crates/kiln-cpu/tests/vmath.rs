@@ -938,6 +938,22 @@ fn uniform_operand_ops_are_ieee_at_every_isa_level() {
                         }
                         assert_eq!(o[n], 7.0);
                         assert_eq!(o32[n], 7.0);
+                        // In place: the same bits.
+                        let mut p = x.clone();
+                        assert!(vmath::binary_uniform_in_place_f64(op, left, &mut p, s));
+                        let mut p32 = x32.clone();
+                        assert!(vmath::binary_uniform_in_place_f32(
+                            op, left, &mut p32, s as f32
+                        ));
+                        for i in 0..n {
+                            assert!(same(p[i], o[i]), "f64 in place {op:?} {left} {level:?}");
+                            assert!(
+                                same(p32[i] as f64, o32[i] as f64),
+                                "f32 in place {op:?} {left} {level:?} at {i}: {} vs {}",
+                                p32[i],
+                                o32[i]
+                            );
+                        }
                     }
                 }
             }
@@ -949,5 +965,72 @@ fn uniform_operand_ops_are_ieee_at_every_isa_level() {
             2.0,
             &mut [0.0]
         ));
+        assert!(!vmath::binary_uniform_in_place_f32(
+            Maximum,
+            false,
+            &mut [1.0],
+            2.0
+        ));
+    }
+}
+
+/// The in-place division by a uniform value (its fast form: a reciprocal and a correction,
+/// one vector at a time, with the elements outside its range divided) is the IEEE quotient
+/// for dividends spanning every f32 exponent (and the range edges of the fast form), mixed
+/// within each vector, over lengths around the vector width, at every ISA level.
+#[test]
+fn in_place_uniform_division_is_ieee_for_every_exponent() {
+    let _level = lock_level();
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let x: Vec<f32> = (0..4099)
+        .map(|i| match i % 97 {
+            0 => f32::from_bits(1), // the smallest subnormal
+            1 => 2f32.powi(100),
+            2 => 2f32.powi(-100),
+            3 => f32::MAX,
+            _ => f32::from_bits((next() as u32) & 0x7fff_ffff | ((i as u32 & 1) << 31)),
+        })
+        .filter(|v| !v.is_nan())
+        .collect();
+    let divisors = [
+        3.0f32,
+        -7.25,
+        1e-7,
+        2f32.powi(24),
+        2f32.powi(-24),
+        0.1,
+        6.0e5,
+    ];
+    for level in Isa::ALL {
+        if level > detected_isa() {
+            continue;
+        }
+        assert_eq!(set_isa(level), level);
+        for &s in &divisors {
+            for n in [x.len(), 15, 16, 33] {
+                let mut o = x[..n].to_vec();
+                assert!(vmath::binary_uniform_in_place_f32(
+                    kiln_ir::BinaryOp::Div,
+                    false,
+                    &mut o,
+                    s
+                ));
+                for i in 0..n {
+                    let w = x[i] / s;
+                    assert!(
+                        o[i].to_bits() == w.to_bits() || (o[i].is_nan() && w.is_nan()),
+                        "{level:?}: {} / {s} = {} (want {w})",
+                        x[i],
+                        o[i]
+                    );
+                }
+            }
+        }
     }
 }
