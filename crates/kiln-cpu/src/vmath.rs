@@ -458,6 +458,26 @@ versions! {
     pub fn binary_f64 = binary_f64_generic(op: BinaryOp, x: &[f64], y: &[f64], o: &mut [f64]) -> bool
 }
 
+/// The `+ - * /` of `binary_uniform*` with the uniform value `$s` on the right (or on the
+/// left when `$left`), each applied by the caller's loop macro `$each!(closure)`; evaluates
+/// to true, or returns false from the caller for other ops.
+macro_rules! uniform_arms {
+    ($op:expr, $left:expr, $s:expr, $each:ident) => {{
+        match ($op, $left) {
+            (Add, false) => $each!(|a| a + $s),
+            (Add, true) => $each!(|a| $s + a),
+            (Sub, false) => $each!(|a| a - $s),
+            (Sub, true) => $each!(|a| $s - a),
+            (Mul, false) => $each!(|a| a * $s),
+            (Mul, true) => $each!(|a| $s * a),
+            (Div, false) => $each!(|a| a / $s),
+            (Div, true) => $each!(|a| $s / a),
+            _ => return false,
+        }
+        true
+    }};
+}
+
 /// `o[i] = op(x[i], s)` (`left`: `op(s, x[i])`) for `+ - * /`: an operand that is one value
 /// over the whole run (a per-row broadcast value) used without filling a register with it.
 /// Each element rounds exactly as [`binary_f32`] with that value repeated.
@@ -507,18 +527,7 @@ macro_rules! binary_uniform_generic {
                     }
                 };
             }
-            match (op, left) {
-                (Add, false) => each!(|a| a + s),
-                (Add, true) => each!(|a| s + a),
-                (Sub, false) => each!(|a| a - s),
-                (Sub, true) => each!(|a| s - a),
-                (Mul, false) => each!(|a| a * s),
-                (Mul, true) => each!(|a| s * a),
-                (Div, false) => each!(|a| a / s),
-                (Div, true) => each!(|a| s / a),
-                _ => return false,
-            }
-            true
+            uniform_arms!(op, left, s, each)
         }
     };
 }
@@ -586,18 +595,7 @@ macro_rules! binary_uniform_in_place_generic {
                     }
                 };
             }
-            match (op, left) {
-                (Add, false) => each!(|a| a + s),
-                (Add, true) => each!(|a| s + a),
-                (Sub, false) => each!(|a| a - s),
-                (Sub, true) => each!(|a| s - a),
-                (Mul, false) => each!(|a| a * s),
-                (Mul, true) => each!(|a| s * a),
-                (Div, false) => each!(|a| a / s),
-                (Div, true) => each!(|a| s / a),
-                _ => return false,
-            }
-            true
+            uniform_arms!(op, left, s, each)
         }
     };
 }
