@@ -1,6 +1,6 @@
 //! The kernels' parallel loops, run on the thread [`Team`](crate::Team) serving the calling
-//! thread. The items are claimed one at a time by the team's threads, the caller among
-//! them; with one thread (or a busy team, or inside another loop's item) they run on the
+//! thread. The items are claimed in contiguous runs (shrinking towards the end) by the
+//! team's threads, the caller among them; with one thread (or a busy team, or inside another loop's item) they run on the
 //! calling thread in order. The items are the same either way (cut by the shape, never by
 //! the thread count), so results do not depend on the path.
 //!
