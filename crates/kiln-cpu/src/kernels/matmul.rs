@@ -561,7 +561,8 @@ fn product(
 
 /// The float types of the GEMM paths: `matrixmultiply`'s packed product and [`small_gemm`].
 trait GemmFloat: Copy + Send + Sync {
-    /// `c = alpha·a@b + beta·c` through `matrixmultiply`.
+    /// `c = alpha·a@b + beta·c` for a product too large for [`small_gemm`]'s small forms:
+    /// its blocked form where [`Gemm::blocked`], else `matrixmultiply`.
     fn packed(g: &Gemm, a: &[Self], b: &[Self], c: &mut [Self], alpha: f64, beta: f64);
     /// `c = alpha·a@b + beta·c` through [`small_gemm`] (`k > 0`; `c` read only when
     /// `beta != 0`).
@@ -571,6 +572,14 @@ trait GemmFloat: Copy + Send + Sync {
 
 impl GemmFloat for f32 {
     fn packed(g: &Gemm, a: &[f32], b: &[f32], c: &mut [f32], alpha: f64, beta: f64) {
+        if g.blocked(4, (alpha, beta)) {
+            g.check(a.len(), b.len(), c.len());
+            let sc = small_gemm::Scale {
+                alpha: alpha as f32,
+                beta: beta as f32,
+            };
+            return small_gemm::sgemm_large(g, a, b, c, sc);
+        }
         g.packed_sgemm_into(a, b, c, alpha as f32, beta as f32)
     }
     fn small(g: &Gemm, a: &[f32], b: &[f32], c: &mut [f32], alpha: f64, beta: f64) {
@@ -588,6 +597,11 @@ impl GemmFloat for f32 {
 
 impl GemmFloat for f64 {
     fn packed(g: &Gemm, a: &[f64], b: &[f64], c: &mut [f64], alpha: f64, beta: f64) {
+        if g.blocked(8, (alpha, beta)) {
+            g.check(a.len(), b.len(), c.len());
+            let sc = small_gemm::Scale { alpha, beta };
+            return small_gemm::dgemm_large(g, a, b, c, sc);
+        }
         g.packed_dgemm_into(a, b, c, alpha, beta)
     }
     fn small(g: &Gemm, a: &[f64], b: &[f64], c: &mut [f64], alpha: f64, beta: f64) {
@@ -618,6 +632,10 @@ pub(super) const FEW_COLUMNS: usize = 16;
 /// Products of at least this many multiply-adds split their rows over the thread team
 /// (~2M: 15–20 µs on one core, where waking a second thread starts to pay).
 const PAR_GEMM_MACS: usize = 1 << 21;
+/// Columns of the products [`Gemm::blocked`] admits at least.
+const BLOCKED_MIN_COLUMNS: usize = 128;
+/// Steps (`k`) of the products [`Gemm::blocked`] admits at least.
+const BLOCKED_MIN_STEPS: usize = 64;
 /// Rows per parallel block at least.
 const PAR_GEMM_ROWS: usize = 32;
 
@@ -676,6 +694,24 @@ impl Gemm {
             || (self.n < FEW_COLUMNS && macs < PAR_GEMM_MACS)
             || (self.csa == 1
                 && (macs <= SMALL_MACS || (b_bytes <= SMALL_B_BYTES && macs < PAR_GEMM_MACS)))
+    }
+
+    /// Whether a product that is not [`Self::small`] takes [`small_gemm`]'s blocked form
+    /// (packed 12×32 register blocks) rather than `matrixmultiply`: at the AVX-512 level, with
+    /// at least [`BLOCKED_MIN_COLUMNS`] columns and [`BLOCKED_MIN_STEPS`] steps, and, for a
+    /// scaled product (`coefs` other than `(1, 0)`: an epilogue run inside the GEMM), few
+    /// enough steps for one block ([`small_gemm::scaled_in_one_block`]). Measured on
+    /// this machine, 2 threads, f32 (`benches/src/bin/mm.rs`-style timings, GFLOP/s blocked
+    /// vs `matrixmultiply`): 2048³ 246–260 vs 239–242, 1024³ 248–251 vs 242–245,
+    /// 256×784×512 236–241 vs 192–207, `(784×256)ᵀ @ 256×512` 276–278 vs 209,
+    /// 4096×64×4096 162–244 vs 134–136; f64 1024³ 113–118 vs 81–89. Below those bounds
+    /// `matrixmultiply` was faster: 1024×16×1024 183 vs 220, 1024×1024×40 116 vs 172
+    /// (a 32-column register block fills 40 columns badly), 64×4096×64 121 vs 180.
+    fn blocked(&self, elem: usize, coefs: (f64, f64)) -> bool {
+        crate::simd::isa() >= crate::simd::Isa::Avx512
+            && self.n >= BLOCKED_MIN_COLUMNS
+            && self.k >= BLOCKED_MIN_STEPS
+            && (coefs == (1.0, 0.0) || small_gemm::scaled_in_one_block(self.k, elem))
     }
 
     /// The float product into `c` (position `base` of the output onwards), with `around`'s

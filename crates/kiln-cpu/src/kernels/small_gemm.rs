@@ -1,5 +1,8 @@
-//! A GEMM for small float products, without `matrixmultiply`'s set-up: no packing of the right
-//! operand when its rows are contiguous, no allocation proportional to it, no threading.
+//! kiln's own float GEMM: the small forms, for small products, without `matrixmultiply`'s
+//! set-up (no packing of the right operand when its rows are contiguous, no allocation
+//! proportional to it, no threading), and the blocked form for large ones
+//! ([`gemm_blocked`]: both operands packed block by block for the caches, 12×32 register
+//! blocks at AVX-512; [`super::matmul`] says which products take it).
 //!
 //! `c = α·(a @ b) + β·c` (`c` contiguous `m×n`; [`Scale`]) is computed in blocks of `MR` rows
 //! by `NR` columns held in registers: each step `p` of the dot products multiplies element `p`
@@ -31,10 +34,19 @@
 //! lane-strided partial sums, added pairwise at the end). Each form is compiled as its own
 //! copy per level.
 //!
-//! All indexing is safe (bounds-checked slices). `unsafe`: the calls into the
-//! `#[target_feature]` copies (as in [`crate::simd`]) and the AVX-512 block's and the dot
-//! products' (`simd_dot!`) unaligned vector loads and stores inside fixed-size arrays and
-//! slices; all compiled out under Miri.
+//! The blocked form copies the right operand's `kc × nc` block into panels of `NR` columns
+//! and `MR` rows of the left operand's `kc` steps into a panel, per thread (each thread
+//! keeps its buffers, [`Scratch`]); its register block ([`Micro::packed`]) walks the two
+//! panels contiguously, and the steps of a long product go in blocks whose register
+//! blocks continue the previous block's partial sums, so every element is still the one
+//! ordered sum over `p`.
+//!
+//! All indexing is safe (bounds-checked slices), except in the AVX-512 packed register
+//! block, which walks its panels with pointers after checking their lengths once.
+//! `unsafe`: the calls into the `#[target_feature]` copies (as in [`crate::simd`]), the
+//! AVX-512 blocks' and the dot products' (`simd_dot!`) unaligned vector loads and stores
+//! inside fixed-size arrays and slices, and the packed block's pointer walk; all compiled
+//! out under Miri (which runs the portable copies of every form, the blocked one included).
 
 use super::matmul::{Gemm, FEW_COLUMNS};
 
@@ -45,10 +57,53 @@ pub(super) trait Real:
     const ONE: Self;
     /// `a·b + c`, fused when `F`.
     fn madd<const F: bool>(a: Self, b: Self, c: Self) -> Self;
+    /// Runs `f` on the calling thread's [`Scratch`] of this type.
+    fn with_scratch<R>(f: impl FnOnce(&mut Scratch<Self>) -> R) -> R;
+}
+
+/// The blocked form's packing buffers, one set per thread and type, kept across products:
+/// a fresh megabyte per product cost its page faults each time (`relu(x @ w + b)` at
+/// 1024², 2 threads, ~8 % slower). What a product leaves beyond [`SCRATCH_KEEP`] elements
+/// is freed.
+#[derive(Default)]
+pub(super) struct Scratch<T> {
+    b: Vec<T>,
+    a: Vec<T>,
+    part: Vec<T>,
+}
+
+/// Elements of each [`Scratch`] buffer kept after a product at most.
+const SCRATCH_KEEP: usize = 1 << 21;
+
+impl<T> Scratch<T> {
+    fn trim(&mut self) {
+        for v in [&mut self.b, &mut self.a, &mut self.part] {
+            if v.capacity() > SCRATCH_KEEP {
+                *v = Vec::new();
+            }
+        }
+    }
+}
+
+macro_rules! scratch_of {
+    ($t:ty) => {
+        fn with_scratch<R>(f: impl FnOnce(&mut Scratch<$t>) -> R) -> R {
+            thread_local! {
+                static SCRATCH: std::cell::RefCell<Scratch<$t>> = Default::default();
+            }
+            SCRATCH.with(|s| {
+                let mut s = s.borrow_mut();
+                let r = f(&mut s);
+                s.trim();
+                r
+            })
+        }
+    };
 }
 
 impl Real for f32 {
     const ONE: f32 = 1.0;
+    scratch_of!(f32);
     #[inline(always)]
     fn madd<const F: bool>(a: f32, b: f32, c: f32) -> f32 {
         if F {
@@ -61,6 +116,7 @@ impl Real for f32 {
 
 impl Real for f64 {
     const ONE: f64 = 1.0;
+    scratch_of!(f64);
     #[inline(always)]
     fn madd<const F: bool>(a: f64, b: f64, c: f64) -> f64 {
         if F {
@@ -117,7 +173,9 @@ impl<T: Copy, const MR: usize> Panel<T, MR> for Packed<'_, T, MR> {
 }
 
 /// How one ISA level computes a register block: the `MR × NR` block
-/// `a @ b[.., j0..j0+NR]` over `k` steps, `a` being `MR` rows.
+/// `init + a @ b[.., j0..j0+NR]` over `k` steps, `a` being `MR` rows, the products added
+/// one `p` at a time to the accumulators that start at `init` (zero when `None`): a sum
+/// over `p` split into blocks of steps continued this way rounds as the unsplit one.
 trait Micro<T: Real> {
     /// Whether products are added with fused multiply-adds.
     const FUSED: bool;
@@ -126,7 +184,32 @@ trait Micro<T: Real> {
         k: usize,
         b: Rows<'_, T>,
         j0: usize,
+        init: Option<&[[T; NR]; MR]>,
     ) -> [[T; NR]; MR];
+
+    /// [`Micro::block`] over packed operands: `a` holds `k` groups of `MR` values (element
+    /// `p` of each row), `b` `k` rows of `NR` values ([`gemm_blocked`]'s panels).
+    #[inline(always)]
+    fn packed<const MR: usize, const NR: usize>(
+        a: &[T],
+        b: &[T],
+        k: usize,
+        init: Option<&[[T; NR]; MR]>,
+    ) -> [[T; NR]; MR] {
+        let mut acc = init.copied().unwrap_or([[T::default(); NR]; MR]);
+        for (x, y) in a.chunks_exact(MR).zip(b.chunks_exact(NR)).take(k) {
+            for r in 0..MR {
+                for l in 0..NR {
+                    acc[r][l] = if Self::FUSED {
+                        T::madd::<true>(x[r], y[l], acc[r][l])
+                    } else {
+                        T::madd::<false>(x[r], y[l], acc[r][l])
+                    };
+                }
+            }
+        }
+        acc
+    }
 
     /// `R × J` dot products of the dot-product form ([`dot_rows`]' contract and value).
     #[inline(always)]
@@ -156,8 +239,9 @@ impl<T: Real, const F: bool> Micro<T> for Lanes<F> {
         k: usize,
         b: Rows<'_, T>,
         j0: usize,
+        init: Option<&[[T; NR]; MR]>,
     ) -> [[T; NR]; MR] {
-        let mut acc = [[T::default(); NR]; MR];
+        let mut acc = init.copied().unwrap_or([[T::default(); NR]; MR]);
         let mut off = b.off + j0 as isize;
         for p in 0..k {
             let start = off as usize;
@@ -184,7 +268,7 @@ struct Zmm;
 /// The intrinsic blocks: `$lanes` elements per register, at most four registers per row.
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 macro_rules! zmm_block {
-    ($t:ty, $f:ident, $lanes:literal, $zero:ident, $load:ident, $store:ident, $set1:ident, $fmadd:ident, $dot:ident) => {
+    ($t:ty, $f:ident, $packed:ident, $lanes:literal, $zero:ident, $load:ident, $store:ident, $set1:ident, $fmadd:ident, $dot:ident) => {
         #[target_feature(enable = "avx512f")]
         #[inline]
         fn $f<P: Panel<$t, MR>, const MR: usize, const NR: usize>(
@@ -192,6 +276,7 @@ macro_rules! zmm_block {
             k: usize,
             b: Rows<'_, $t>,
             j0: usize,
+            init: Option<&[[$t; NR]; MR]>,
         ) -> [[$t; NR]; MR] {
             use std::arch::x86_64::*;
             let nv = NR / $lanes;
@@ -200,6 +285,15 @@ macro_rules! zmm_block {
                 "{NR} columns in 512-bit registers"
             );
             let mut acc = [[$zero(); 4]; MR];
+            if let Some(init) = init {
+                for r in 0..MR {
+                    for v in 0..nv {
+                        // SAFETY: `init[r]` holds `NR = nv·$lanes` elements, so the
+                        // `$lanes` from `v·$lanes` (`v < nv`) lie inside it.
+                        acc[r][v] = unsafe { $load(init[r].as_ptr().add(v * $lanes)) };
+                    }
+                }
+            }
             let mut off = b.off + j0 as isize;
             for p in 0..k {
                 let start = off as usize;
@@ -229,19 +323,91 @@ macro_rules! zmm_block {
             out
         }
 
+        /// [`Micro::packed`] in registers: the panels walked with pointers after one check
+        /// of their lengths (bounds checks in the loop cost a tenth of its throughput).
+        #[target_feature(enable = "avx512f")]
+        #[inline]
+        fn $packed<const MR: usize, const NR: usize>(
+            a: &[$t],
+            b: &[$t],
+            k: usize,
+            init: Option<&[[$t; NR]; MR]>,
+        ) -> [[$t; NR]; MR] {
+            use std::arch::x86_64::*;
+            let nv = NR / $lanes;
+            assert!(
+                NR == nv * $lanes && nv <= 4,
+                "{NR} columns in 512-bit registers"
+            );
+            assert!(
+                a.len() >= k * MR && b.len() >= k * NR,
+                "packed panels too short"
+            );
+            let mut acc = [[$zero(); 4]; MR];
+            if let Some(init) = init {
+                for r in 0..MR {
+                    for v in 0..nv {
+                        // SAFETY: as in the block kernel above.
+                        acc[r][v] = unsafe { $load(init[r].as_ptr().add(v * $lanes)) };
+                    }
+                }
+            }
+            let (mut pa, mut pb) = (a.as_ptr(), b.as_ptr());
+            for _ in 0..k {
+                let mut bv = [$zero(); 4];
+                for (v, reg) in bv.iter_mut().enumerate().take(nv) {
+                    // SAFETY: before step `p` (`p < k`) `pb` is `b`'s start plus `p·NR`, and
+                    // `b` holds at least `k·NR` elements (asserted above): the `$lanes`
+                    // from `pb + v·$lanes` (`v < nv`, `nv·$lanes = NR`) lie inside it.
+                    *reg = unsafe { $load(pb.add(v * $lanes)) };
+                }
+                for r in 0..MR {
+                    // SAFETY: likewise `pa` is `a`'s start plus `p·MR` and `a` holds at
+                    // least `k·MR` elements, so `pa + r` (`r < MR`) is inside it.
+                    let xr = $set1(unsafe { *pa.add(r) });
+                    for v in 0..nv {
+                        acc[r][v] = $fmadd(xr, bv[v], acc[r][v]);
+                    }
+                }
+                // `wrapping_add`: after the last step the pointers may end one panel past
+                // the slices (never read).
+                pa = pa.wrapping_add(MR);
+                pb = pb.wrapping_add(NR);
+            }
+            let mut out = [[0.0; NR]; MR];
+            for r in 0..MR {
+                for v in 0..nv {
+                    // SAFETY: `out[r]` holds `NR` elements: as for the loads above.
+                    unsafe { $store(out[r].as_mut_ptr().add(v * $lanes), acc[r][v]) };
+                }
+            }
+            out
+        }
+
         impl Micro<$t> for Zmm {
             const FUSED: bool = true;
+            #[inline(always)]
+            fn packed<const MR: usize, const NR: usize>(
+                a: &[$t],
+                b: &[$t],
+                k: usize,
+                init: Option<&[[$t; NR]; MR]>,
+            ) -> [[$t; NR]; MR] {
+                // SAFETY: as for `block` below.
+                unsafe { $packed::<MR, NR>(a, b, k, init) }
+            }
             #[inline(always)]
             fn block<P: Panel<$t, MR>, const MR: usize, const NR: usize>(
                 a: P,
                 k: usize,
                 b: Rows<'_, $t>,
                 j0: usize,
+                init: Option<&[[$t; NR]; MR]>,
             ) -> [[$t; NR]; MR] {
                 debug_assert!(crate::simd::detected_isa() >= crate::simd::Isa::Avx512);
                 // SAFETY: `Zmm` is named only in the AVX-512 copies of `dispatch!`, which run
                 // only when `detected_isa()` found AVX-512F on this CPU.
-                unsafe { $f::<P, MR, NR>(a, k, b, j0) }
+                unsafe { $f::<P, MR, NR>(a, k, b, j0, init) }
             }
             simd_dot_method!($t, $dot, $lanes, Avx512);
         }
@@ -387,8 +553,9 @@ macro_rules! ymm_micro {
                 k: usize,
                 b: Rows<'_, $t>,
                 j0: usize,
+                init: Option<&[[$t; NR]; MR]>,
             ) -> [[$t; NR]; MR] {
-                <Lanes<true> as Micro<$t>>::block::<P, MR, NR>(a, k, b, j0)
+                <Lanes<true> as Micro<$t>>::block::<P, MR, NR>(a, k, b, j0, init)
             }
             simd_dot_method!($t, $f, $lanes, Avx2);
         }
@@ -403,6 +570,7 @@ ymm_micro!(f64, ymm_dot_f64, 4);
 zmm_block!(
     f32,
     zmm_f32,
+    zmm_packed_f32,
     16,
     _mm512_setzero_ps,
     _mm512_loadu_ps,
@@ -415,6 +583,7 @@ zmm_block!(
 zmm_block!(
     f64,
     zmm_f64,
+    zmm_packed_f64,
     8,
     _mm512_setzero_pd,
     _mm512_loadu_pd,
@@ -423,6 +592,20 @@ zmm_block!(
     _mm512_fmadd_pd,
     zmm_dot_f64
 );
+
+/// Where the blocks of one block of the product go: columns `jc..jc + g.n` of `c`, whose
+/// rows are `ldc` long; `cont`: the accumulators continue the partial sums already there
+/// (a later block of the steps `p`), else they start at zero; `sc` scales what is stored.
+#[derive(Clone, Copy)]
+struct Dest<T> {
+    ldc: usize,
+    jc: usize,
+    cont: bool,
+    sc: Scale<T>,
+    /// `Some(kc)`: the right operand is packed in panels of `NR` columns, `kc` rows each
+    /// ([`pack_panels`]), instead of read as rows.
+    panels: Option<usize>,
+}
 
 /// Rows `i0..i0+MR` of `c`. Rows of `a` with unit column stride are read in place; others
 /// are first copied into `scratch` (a `k × MR` panel: contiguous copies when `a` is
@@ -437,7 +620,7 @@ fn row_block<T: Real, K: Micro<T>, const MR: usize, const NR: usize, const NV: u
     tail: &[T],
     scratch: &mut Vec<[T; MR]>,
     c: &mut [T],
-    sc: Scale<T>,
+    to: Dest<T>,
 ) {
     let k = g.k;
     let base = |r: usize| g.aoff + (i0 + r) as isize * g.rsa;
@@ -446,7 +629,7 @@ fn row_block<T: Real, K: Micro<T>, const MR: usize, const NR: usize, const NV: u
             let start = base(r) as usize;
             &a[start..start + k]
         }));
-        columns::<T, K, _, MR, NR, NV>(rows, g, i0, b, tail, c, sc);
+        columns::<T, K, _, MR, NR, NV>(rows, g, i0, b, tail, c, to);
     } else {
         scratch.clear();
         let first = base(0);
@@ -459,7 +642,7 @@ fn row_block<T: Real, K: Micro<T>, const MR: usize, const NR: usize, const NV: u
                 std::array::from_fn(|r| a[(at + r as isize * g.rsa) as usize])
             }
         }));
-        columns::<T, K, _, MR, NR, NV>(Packed(scratch), g, i0, b, tail, c, sc);
+        columns::<T, K, _, MR, NR, NV>(Packed(scratch), g, i0, b, tail, c, to);
     }
 }
 
@@ -479,41 +662,82 @@ fn columns<
     b: Rows<'_, T>,
     tail: &[T],
     c: &mut [T],
-    sc: Scale<T>,
+    to: Dest<T>,
 ) {
-    let (k, n) = (g.k, g.n);
+    let (k, n, ldc) = (g.k, g.n, to.ldc);
     let mut j0 = 0;
+    if let Some(kc) = to.panels {
+        // `b` holds `NR`-column panels, `kc × NR` each, the last one zero-padded.
+        while j0 < n {
+            let w = NR.min(n - j0);
+            let panel = Rows {
+                data: b.data,
+                off: (j0 * kc) as isize,
+                rs: NR as isize,
+            };
+            let at = (i0, to.jc + j0);
+            let init = to.cont.then(|| tile::<T, MR, NR>(c, ldc, at, (MR, w)));
+            let acc = K::block::<P, MR, NR>(rows, k, panel, 0, init.as_ref());
+            store(c, ldc, at, &acc, w, to.sc);
+            j0 += w;
+        }
+        return;
+    }
     while j0 + NR <= n {
-        let acc = K::block::<P, MR, NR>(rows, k, b, j0);
-        store(c, n, (i0, j0), &acc, NR, sc);
+        let at = (i0, to.jc + j0);
+        let init = to.cont.then(|| tile::<T, MR, NR>(c, ldc, at, (MR, NR)));
+        let acc = K::block::<P, MR, NR>(rows, k, b, j0, init.as_ref());
+        store(c, ldc, at, &acc, NR, to.sc);
         j0 += NR;
     }
     // Columns left over: one vector at a time in place, the last partial vector through
     // the zero-padded copy of those columns.
-    while j0 + NV <= n {
-        let acc = K::block::<P, MR, NV>(rows, k, b, j0);
-        store(c, n, (i0, j0), &acc, NV, sc);
-        j0 += NV;
-    }
-    if j0 < n {
-        let panel = Rows {
-            data: tail,
-            off: 0,
-            rs: NV as isize,
+    while j0 < n {
+        let w = NV.min(n - j0);
+        let (panel, from) = if w == NV {
+            (b, j0)
+        } else {
+            let panel = Rows {
+                data: tail,
+                off: 0,
+                rs: NV as isize,
+            };
+            (panel, 0)
         };
-        let acc = K::block::<P, MR, NV>(rows, k, panel, 0);
-        store(c, n, (i0, j0), &acc, n - j0, sc);
+        let at = (i0, to.jc + j0);
+        let init = to.cont.then(|| tile::<T, MR, NV>(c, ldc, at, (MR, w)));
+        let acc = K::block::<P, MR, NV>(rows, k, panel, from, init.as_ref());
+        store(c, ldc, at, &acc, w, to.sc);
+        j0 += w;
     }
+}
+
+/// The `MR × W` block of `c` (rows `ldc` long) at `(i0, j0)`, its first `rows` rows and
+/// `w` columns read and the others zero: the partial sums a continued register block
+/// starts from.
+#[inline(always)]
+fn tile<T: Real, const MR: usize, const W: usize>(
+    c: &[T],
+    ldc: usize,
+    (i0, j0): (usize, usize),
+    (rows, w): (usize, usize),
+) -> [[T; W]; MR] {
+    let mut t = [[T::default(); W]; MR];
+    for (r, row) in t.iter_mut().enumerate().take(rows) {
+        let at = (i0 + r) * ldc + j0;
+        row[..w].copy_from_slice(&c[at..at + w]);
+    }
+    t
 }
 
 /// Writes the first `w` columns of `acc` to rows `i0..` of `c` (`n` columns) from column
 /// `j0`, scaled by `sc`.
 #[inline(always)]
-fn store<T: Real, const MR: usize, const W: usize>(
+fn store<T: Real, const W: usize>(
     c: &mut [T],
     n: usize,
     (i0, j0): (usize, usize),
-    acc: &[[T; W]; MR],
+    acc: &[[T; W]],
     w: usize,
     sc: Scale<T>,
 ) {
@@ -692,17 +916,28 @@ fn aligned_64<T>(v: &mut [T], len: usize) -> &mut [T] {
 /// The three ways of computing a product (the forms differ in what fills the vectors).
 trait Form {
     /// `c = α·(a @ b) + β·c` for `k > 0`, operands in bounds (checked by the caller).
-    fn run<T: Real, K: Micro<T>, const MR: usize, const NR: usize, const NV: usize>(
+    fn run<
+        T: Real,
+        K: Micro<T>,
+        const MR: usize,
+        const NR: usize,
+        const NV: usize,
+        const BMR: usize,
+        const BNR: usize,
+    >(
         g: &Gemm,
         a: &[T],
         b: &[T],
         c: &mut [T],
         sc: Scale<T>,
+        bk: Blocking,
     );
 }
 
 /// [`gemm_broadcast`].
 struct Broadcast;
+/// [`gemm_blocked`] (`BMR × BNR` register blocks).
+struct Blocked;
 /// [`gemm_dot`].
 struct Dot;
 /// [`gemm_transposed`].
@@ -710,25 +945,65 @@ struct Transposed;
 
 impl Form for Broadcast {
     #[inline(always)]
-    fn run<T: Real, K: Micro<T>, const MR: usize, const NR: usize, const NV: usize>(
+    fn run<
+        T: Real,
+        K: Micro<T>,
+        const MR: usize,
+        const NR: usize,
+        const NV: usize,
+        const BMR: usize,
+        const BNR: usize,
+    >(
         g: &Gemm,
         a: &[T],
         b: &[T],
         c: &mut [T],
         sc: Scale<T>,
+        _bk: Blocking,
     ) {
         gemm_broadcast::<T, K, MR, NR, NV>(g, a, b, c, sc)
     }
 }
 
-impl Form for Dot {
+impl Form for Blocked {
     #[inline(always)]
-    fn run<T: Real, K: Micro<T>, const MR: usize, const NR: usize, const NV: usize>(
+    fn run<
+        T: Real,
+        K: Micro<T>,
+        const MR: usize,
+        const NR: usize,
+        const NV: usize,
+        const BMR: usize,
+        const BNR: usize,
+    >(
         g: &Gemm,
         a: &[T],
         b: &[T],
         c: &mut [T],
         sc: Scale<T>,
+        bk: Blocking,
+    ) {
+        gemm_blocked::<T, K, BMR, BNR>(g, a, b, c, sc, bk)
+    }
+}
+
+impl Form for Dot {
+    #[inline(always)]
+    fn run<
+        T: Real,
+        K: Micro<T>,
+        const MR: usize,
+        const NR: usize,
+        const NV: usize,
+        const BMR: usize,
+        const BNR: usize,
+    >(
+        g: &Gemm,
+        a: &[T],
+        b: &[T],
+        c: &mut [T],
+        sc: Scale<T>,
+        _bk: Blocking,
     ) {
         gemm_dot::<T, K, NV>(g, a, b, c, sc)
     }
@@ -736,12 +1011,21 @@ impl Form for Dot {
 
 impl Form for Transposed {
     #[inline(always)]
-    fn run<T: Real, K: Micro<T>, const MR: usize, const NR: usize, const NV: usize>(
+    fn run<
+        T: Real,
+        K: Micro<T>,
+        const MR: usize,
+        const NR: usize,
+        const NV: usize,
+        const BMR: usize,
+        const BNR: usize,
+    >(
         g: &Gemm,
         a: &[T],
         b: &[T],
         c: &mut [T],
         sc: Scale<T>,
+        _bk: Blocking,
     ) {
         // Five rows per block: the few rows of the transposed product (`n < NV`) then
         // split into full blocks more often (ten columns: two blocks of five instead of
@@ -760,6 +1044,7 @@ enum Choice {
     Broadcast,
     Dot,
     Transposed,
+    Blocked,
 }
 
 fn choose(g: &Gemm, nv: usize) -> Choice {
@@ -815,7 +1100,213 @@ fn gemm_transposed<T: Real, K: Micro<T>, const MR: usize, const NR: usize, const
     }
 }
 
-/// The broadcast form (see the module docs).
+/// Bytes of the blocked form's packed panel of the left operand (`MR` rows × `kc` steps,
+/// read once per register block: it stays in L1).
+const A_PANEL_BYTES: usize = 20 << 10;
+
+/// Whether a scaled product (`c = α·a@b + β·c` other than `α = 1, β = 0`) with `k` steps
+/// of `elem`-byte elements takes the blocked form in one block of steps at AVX-512 (12-row
+/// panels), so without its scratch of partial sums: with that scratch the blocked form was
+/// no faster than `matrixmultiply` (`relu(x @ w + b)` at 1024², `x @ w + b` at
+/// 256×784×512: within the noise, 3–9 % slower in most runs).
+pub(super) fn scaled_in_one_block(k: usize, elem: usize) -> bool {
+    k <= A_PANEL_BYTES / (12 * elem)
+}
+
+/// The cache blocks of [`gemm_blocked`] (tests shrink them to reach every block edge with
+/// small operands).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Blocking {
+    /// [`A_PANEL_BYTES`].
+    a_panel: usize,
+    /// [`B_BLOCK_BYTES`].
+    b_block: usize,
+}
+
+impl Blocking {
+    pub(super) const DEFAULT: Blocking = Blocking {
+        a_panel: A_PANEL_BYTES,
+        b_block: B_BLOCK_BYTES,
+    };
+}
+
+/// The blocked form for large products: the right operand is copied block by block
+/// (`kc × nc`, [`B_BLOCK_BYTES`]: it stays in L2) into panels of `NR` columns
+/// ([`pack_panels`]), the left operand `MR` rows at a time into a `kc × MR` panel
+/// ([`A_PANEL_BYTES`]: in L1), and each register block walks both panels contiguously
+/// ([`Micro::packed`]). The steps `p` go in blocks of `kc`, each register block
+/// continuing the partial sums the previous one stored (so every element is the one
+/// ordered sum over `p`): in `c` for a product stored unscaled, else in a scratch block
+/// (`c` then holds what the scaling adds in, read once by the last block).
+#[inline(always)]
+fn gemm_blocked<T: Real, K: Micro<T>, const MR: usize, const NR: usize>(
+    g: &Gemm,
+    a: &[T],
+    b: &[T],
+    c: &mut [T],
+    sc: Scale<T>,
+    bk: Blocking,
+) {
+    let k = g.k;
+    let size = std::mem::size_of::<T>();
+    let kblocks = k.div_ceil((bk.a_panel / (MR * size)).max(1)).max(1);
+    let kc = k.div_ceil(kblocks);
+    let nc = (bk.b_block / (kc * size)).max(NR) / NR * NR;
+    T::with_scratch(|sc_buf| {
+        let Scratch { b: bp, a: ap, part } = sc_buf;
+        blocks::<T, K, MR, NR>(g, a, b, c, sc, (kblocks, kc, nc), (bp, ap, part));
+    });
+}
+
+/// The loops of [`gemm_blocked`] over its blocks, `part` holding the partial sums of a
+/// scaled product (whose `c` holds what the last block adds in).
+#[inline(always)]
+#[allow(clippy::type_complexity)]
+fn blocks<T: Real, K: Micro<T>, const MR: usize, const NR: usize>(
+    g: &Gemm,
+    a: &[T],
+    b: &[T],
+    c: &mut [T],
+    sc: Scale<T>,
+    (kblocks, kc, nc): (usize, usize, usize),
+    (bp, ap, part): (&mut Vec<T>, &mut Vec<T>, &mut Vec<T>),
+) {
+    let (m, k, n) = (g.m, g.k, g.n);
+    let unscaled = Scale {
+        alpha: T::ONE,
+        beta: T::default(),
+    };
+    let plain = sc.alpha == T::ONE && sc.beta == T::default();
+    for jc in (0..n).step_by(nc) {
+        let jn = nc.min(n - jc);
+        if !plain && kblocks > 1 {
+            part.clear();
+            part.resize(m * jn, T::default());
+        }
+        for q in 0..kblocks {
+            let p0 = q * kc;
+            let kq = kc.min(k - p0);
+            pack_panels::<T, NR>(g, b, (p0, kq), (jc, jn), bp);
+            let last = q + 1 == kblocks;
+            let mut i0 = 0;
+            while i0 < m {
+                let rows = MR.min(m - i0);
+                pack_rows::<T, MR>(g, a, (i0, rows), (p0, kq), ap);
+                for (s, panel) in bp.chunks_exact(kq * NR).enumerate() {
+                    let j0 = s * NR;
+                    let (at, at_part) = ((i0, jc + j0), (i0, j0));
+                    let w = NR.min(jn - j0);
+                    let init = (q > 0).then(|| {
+                        if plain {
+                            tile::<T, MR, NR>(c, n, at, (rows, w))
+                        } else {
+                            tile::<T, MR, NR>(part, jn, at_part, (rows, w))
+                        }
+                    });
+                    let acc = K::packed::<MR, NR>(ap, panel, kq, init.as_ref());
+                    if last {
+                        store(c, n, at, &acc[..rows], w, sc);
+                    } else if plain {
+                        store(c, n, at, &acc[..rows], w, unscaled);
+                    } else {
+                        store(part, jn, at_part, &acc[..rows], w, unscaled);
+                    }
+                }
+                i0 += rows;
+            }
+        }
+    }
+}
+
+/// Copies rows `i0..i0+rows` (`rows <= MR`), columns `p0..p0+kq` of `a` into `out` as a
+/// `kq × MR` panel (entry `p` holds element `p` of each row), rows past `rows` zero.
+fn pack_rows<T: Real, const MR: usize>(
+    g: &Gemm,
+    a: &[T],
+    (i0, rows): (usize, usize),
+    (p0, kq): (usize, usize),
+    out: &mut Vec<T>,
+) {
+    out.clear();
+    out.resize(kq * MR, T::default());
+    let base = |r: usize| g.aoff + (i0 + r) as isize * g.rsa + p0 as isize * g.csa;
+    if g.csa == 1 {
+        // Rows read in place, written `MR` apart: one group of `MR` at a time (a write
+        // every `MR` elements along each row compiled to a scatter, a sixth of the time).
+        let src: [&[T]; MR] = std::array::from_fn(|r| {
+            if r < rows {
+                let at = base(r) as usize;
+                &a[at..at + kq]
+            } else {
+                &[]
+            }
+        });
+        for (p, o) in out.chunks_exact_mut(MR).enumerate() {
+            for r in 0..rows {
+                o[r] = src[r][p];
+            }
+        }
+    } else if g.rsa == 1 {
+        // A transposed `a`: the `rows` elements of each step are contiguous.
+        for (p, o) in out.chunks_exact_mut(MR).enumerate() {
+            let at = (base(0) + p as isize * g.csa) as usize;
+            o[..rows].copy_from_slice(&a[at..at + rows]);
+        }
+    } else {
+        for (p, o) in out.chunks_exact_mut(MR).enumerate() {
+            for (r, x) in o[..rows].iter_mut().enumerate() {
+                *x = a[(base(r) + p as isize * g.csa) as usize];
+            }
+        }
+    }
+}
+
+/// Bytes of the right operand's block that the broadcast form keeps in the L2 cache while
+/// every block of rows passes over it (half of this machine's 2 MiB per core).
+const B_BLOCK_BYTES: usize = 1 << 20;
+/// Bytes of one row of the left operand's panel per block of steps `p` at most (the panel,
+/// `MR` such rows, stays in L1), when the product is stored unscaled.
+const KC_BYTES: usize = 4 << 10;
+
+/// Products with at least this many rows copy each block of the right operand into panels
+/// ([`pack_panels`]) first: every block of rows then reads it contiguously (in place, a
+/// 64-column slice of a row-major `b` touches a new page every row or two).
+const PACK_ROWS: usize = 128;
+
+/// Copies rows `p0..p0+kq`, columns `jc..jc+jn` of `b` into `out` as panels of `NR`
+/// columns: panel `s` holds columns `jc + s·NR ..` for each row in turn (`kq × NR`
+/// contiguous), the last panel zero-padded to `NR` columns.
+fn pack_panels<T: Real, const NR: usize>(
+    g: &Gemm,
+    b: &[T],
+    (p0, kq): (usize, usize),
+    (jc, jn): (usize, usize),
+    out: &mut Vec<T>,
+) {
+    out.clear();
+    out.resize(jn.div_ceil(NR) * NR * kq, T::default());
+    for (s, panel) in out.chunks_exact_mut(NR * kq).enumerate() {
+        let j0 = jc + s * NR;
+        let w = NR.min(jc + jn - j0);
+        for (p, row) in panel.chunks_exact_mut(NR).enumerate() {
+            let base = g.boff + (p0 + p) as isize * g.rsb + j0 as isize * g.csb;
+            if g.csb == 1 {
+                let at = base as usize;
+                row[..w].copy_from_slice(&b[at..at + w]);
+            } else {
+                for (j, o) in row[..w].iter_mut().enumerate() {
+                    *o = b[(base + j as isize * g.csb) as usize];
+                }
+            }
+        }
+    }
+}
+
+/// The broadcast form (see the module docs), blocked for the caches: columns in blocks of
+/// `nc` whose `kc × nc` slice of `b` fits [`B_BLOCK_BYTES`], and, for a product stored
+/// unscaled, the steps `p` in blocks of `kc` ([`KC_BYTES`]), the register blocks of each
+/// continuing the partial sums the previous one stored in `c` (so every element is still
+/// the one ordered sum over `p`). A product small enough is one block.
 #[inline(always)]
 fn gemm_broadcast<T: Real, K: Micro<T>, const MR: usize, const NR: usize, const NV: usize>(
     g: &Gemm,
@@ -825,52 +1316,89 @@ fn gemm_broadcast<T: Real, K: Micro<T>, const MR: usize, const NR: usize, const 
     sc: Scale<T>,
 ) {
     let (m, k, n) = (g.m, g.k, g.n);
-    let packed: Vec<T>;
-    let rows = if g.csb == 1 {
-        Rows {
-            data: b,
-            off: g.boff,
-            rs: g.rsb,
-        }
-    } else {
-        packed = (0..k)
-            .flat_map(|p| {
-                (0..n).map(move |j| b[(g.boff + p as isize * g.rsb + j as isize * g.csb) as usize])
-            })
-            .collect();
-        Rows {
-            data: &packed,
-            off: 0,
-            rs: n as isize,
-        }
+    let size = std::mem::size_of::<T>();
+    let unscaled = Scale {
+        alpha: T::ONE,
+        beta: T::default(),
     };
-    let nfull = n / NV * NV;
+    let plain = sc.alpha == T::ONE && sc.beta == T::default();
+    let kblocks = if plain {
+        k.div_ceil((KC_BYTES / size).max(1)).max(1)
+    } else {
+        1
+    };
+    let kc = k.div_ceil(kblocks);
+    let nc = (B_BLOCK_BYTES / (kc * size)).max(NR) / NR * NR;
+    let mut packed: Vec<T> = Vec::new();
     let mut tail = Vec::new();
-    if nfull < n {
-        tail.resize(k * NV, T::default());
-        for (p, t) in tail.chunks_exact_mut(NV).enumerate() {
-            let start = (rows.off + p as isize * rows.rs) as usize + nfull;
-            t[..n - nfull].copy_from_slice(&rows.data[start..start + n - nfull]);
-        }
-    }
-    let mut i0 = 0;
     let mut scratch = Vec::new();
-    while i0 + MR <= m {
-        row_block::<T, K, MR, NR, NV>(g, a, i0, rows, &tail, &mut scratch, c, sc);
-        i0 += MR;
-    }
     let mut scratch1 = Vec::new();
-    while i0 < m {
-        row_block::<T, K, 1, NR, NV>(g, a, i0, rows, &tail, &mut scratch1, c, sc);
-        i0 += 1;
+    for jc in (0..n).step_by(nc) {
+        let jn = nc.min(n - jc);
+        for q in 0..kblocks {
+            let p0 = q * kc;
+            let kq = kc.min(k - p0);
+            let pack = g.csb != 1 || m >= PACK_ROWS;
+            let rows = if !pack {
+                Rows {
+                    data: b,
+                    off: g.boff + p0 as isize * g.rsb + jc as isize,
+                    rs: g.rsb,
+                }
+            } else {
+                pack_panels::<T, NR>(g, b, (p0, kq), (jc, jn), &mut packed);
+                Rows {
+                    data: &packed,
+                    off: 0,
+                    rs: NR as isize,
+                }
+            };
+            let nfull = jn / NV * NV;
+            if !pack && nfull < jn {
+                tail.clear();
+                tail.resize(kq * NV, T::default());
+                for (p, t) in tail.chunks_exact_mut(NV).enumerate() {
+                    let start = (rows.off + p as isize * rows.rs) as usize + nfull;
+                    t[..jn - nfull].copy_from_slice(&rows.data[start..start + jn - nfull]);
+                }
+            }
+            let sub = Gemm {
+                k: kq,
+                n: jn,
+                aoff: g.aoff + p0 as isize * g.csa,
+                ..*g
+            };
+            let to = Dest {
+                ldc: n,
+                jc,
+                cont: q > 0,
+                sc: if q + 1 == kblocks { sc } else { unscaled },
+                panels: pack.then_some(kq),
+            };
+            let mut i0 = 0;
+            while i0 + MR <= m {
+                row_block::<T, K, MR, NR, NV>(&sub, a, i0, rows, &tail, &mut scratch, c, to);
+                i0 += MR;
+            }
+            while i0 < m {
+                row_block::<T, K, 1, NR, NV>(&sub, a, i0, rows, &tail, &mut scratch1, c, to);
+                i0 += 1;
+            }
+        }
     }
 }
 
 macro_rules! dispatch {
-    ($name:ident, $at:ident, $t:ty, [$($p512:literal),*], [$($p256:literal),*], [$($p128:literal),*]) => {
+    ($name:ident, $large:ident, $at:ident, $t:ty, [$($p512:literal),*], [$($p256:literal),*], [$($p128:literal),*]) => {
         /// `c = α·(a @ b) + β·c` at the current ISA level (see the module docs).
         pub(super) fn $name(g: &Gemm, a: &[$t], b: &[$t], c: &mut [$t], sc: Scale<$t>) {
-            $at(crate::simd::isa(), g, a, b, c, sc)
+            $at(crate::simd::isa(), None, g, a, b, c, sc)
+        }
+
+        /// Like the function above for a large product: the blocked form over packed
+        /// operands ([`gemm_blocked`]).
+        pub(super) fn $large(g: &Gemm, a: &[$t], b: &[$t], c: &mut [$t], sc: Scale<$t>) {
+            $at(crate::simd::isa(), Some(Blocking::DEFAULT), g, a, b, c, sc)
         }
 
         /// `c = α·(a @ b) + β·c` at `level`, lowered to what the CPU has (tests run every
@@ -878,6 +1406,7 @@ macro_rules! dispatch {
         /// level, so adding one does not change how the others compile.
         fn $at(
             level: crate::simd::Isa,
+            large: Option<Blocking>,
             g: &Gemm,
             a: &[$t],
             b: &[$t],
@@ -886,50 +1415,73 @@ macro_rules! dispatch {
         ) {
             #[cfg(all(target_arch = "x86_64", not(miri)))]
             #[target_feature(enable = "avx2,fma")]
-            unsafe fn avx2<F: Form>(g: &Gemm, a: &[$t], b: &[$t], c: &mut [$t], sc: Scale<$t>) {
-                F::run::<$t, Ymm, $($p256),*>(g, a, b, c, sc)
+            unsafe fn avx2<F: Form>(g: &Gemm, a: &[$t], b: &[$t], c: &mut [$t], sc: Scale<$t>, bk: Blocking) {
+                F::run::<$t, Ymm, $($p256),*>(g, a, b, c, sc, bk)
             }
             #[cfg(all(target_arch = "x86_64", not(miri)))]
             #[target_feature(enable = "avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")]
-            unsafe fn avx512<F: Form>(g: &Gemm, a: &[$t], b: &[$t], c: &mut [$t], sc: Scale<$t>) {
-                F::run::<$t, Zmm, $($p512),*>(g, a, b, c, sc)
+            unsafe fn avx512<F: Form>(g: &Gemm, a: &[$t], b: &[$t], c: &mut [$t], sc: Scale<$t>, bk: Blocking) {
+                F::run::<$t, Zmm, $($p512),*>(g, a, b, c, sc, bk)
             }
-            fn base<F: Form>(g: &Gemm, a: &[$t], b: &[$t], c: &mut [$t], sc: Scale<$t>) {
-                F::run::<$t, Lanes<false>, $($p128),*>(g, a, b, c, sc)
+            fn base<F: Form>(g: &Gemm, a: &[$t], b: &[$t], c: &mut [$t], sc: Scale<$t>, bk: Blocking) {
+                F::run::<$t, Lanes<false>, $($p128),*>(g, a, b, c, sc, bk)
             }
-            /// The vector width (`NV`, the last of the level's constants).
+            /// The vector width (`NV`, the third of the level's constants).
             fn nv(ps: &[usize]) -> usize {
-                ps[ps.len() - 1]
+                ps[2]
             }
+            let bk = large.unwrap_or(Blocking::DEFAULT);
+            let choose = |g: &Gemm, nv: usize| if large.is_some() { Choice::Blocked } else { choose(g, nv) };
             match level.min(crate::simd::detected_isa()) {
                 #[cfg(all(target_arch = "x86_64", not(miri)))]
                 // SAFETY (all three): the level is clamped to `detected_isa()`, which reports
                 // `Avx512` only if it found avx512f/vl/dq/bw, avx2 and fma on this CPU.
                 crate::simd::Isa::Avx512 => match choose(g, nv(&[$($p512),*])) {
-                    Choice::Broadcast => unsafe { avx512::<Broadcast>(g, a, b, c, sc) },
-                    Choice::Dot => unsafe { avx512::<Dot>(g, a, b, c, sc) },
-                    Choice::Transposed => unsafe { avx512::<Transposed>(g, a, b, c, sc) },
+                    Choice::Broadcast => unsafe { avx512::<Broadcast>(g, a, b, c, sc, bk) },
+                    Choice::Dot => unsafe { avx512::<Dot>(g, a, b, c, sc, bk) },
+                    Choice::Transposed => unsafe { avx512::<Transposed>(g, a, b, c, sc, bk) },
+                    Choice::Blocked => unsafe { avx512::<Blocked>(g, a, b, c, sc, bk) },
                 },
                 #[cfg(all(target_arch = "x86_64", not(miri)))]
                 // SAFETY (all three): clamped as above: `Avx2` only if the CPU has avx2 and fma.
                 crate::simd::Isa::Avx2 => match choose(g, nv(&[$($p256),*])) {
-                    Choice::Broadcast => unsafe { avx2::<Broadcast>(g, a, b, c, sc) },
-                    Choice::Dot => unsafe { avx2::<Dot>(g, a, b, c, sc) },
-                    Choice::Transposed => unsafe { avx2::<Transposed>(g, a, b, c, sc) },
+                    Choice::Broadcast => unsafe { avx2::<Broadcast>(g, a, b, c, sc, bk) },
+                    Choice::Dot => unsafe { avx2::<Dot>(g, a, b, c, sc, bk) },
+                    Choice::Transposed => unsafe { avx2::<Transposed>(g, a, b, c, sc, bk) },
+                    Choice::Blocked => unsafe { avx2::<Blocked>(g, a, b, c, sc, bk) },
                 },
                 _ => match choose(g, nv(&[$($p128),*])) {
-                    Choice::Broadcast => base::<Broadcast>(g, a, b, c, sc),
-                    Choice::Dot => base::<Dot>(g, a, b, c, sc),
-                    Choice::Transposed => base::<Transposed>(g, a, b, c, sc),
+                    Choice::Broadcast => base::<Broadcast>(g, a, b, c, sc, bk),
+                    Choice::Dot => base::<Dot>(g, a, b, c, sc, bk),
+                    Choice::Transposed => base::<Transposed>(g, a, b, c, sc, bk),
+                    Choice::Blocked => base::<Blocked>(g, a, b, c, sc, bk),
                 },
             }
         }
     };
 }
 
-// MR, NR (columns per block: four vectors at AVX-512, two below) and NV (one vector) per level.
-dispatch!(sgemm, sgemm_at, f32, [4, 64, 16], [4, 16, 8], [4, 8, 4]);
-dispatch!(dgemm, dgemm_at, f64, [4, 32, 8], [4, 8, 4], [4, 4, 2]);
+// Per level: MR, NR (columns per block: four vectors at AVX-512, two below) and NV (one
+// vector) of the small forms, then MR, NR of the blocked form (two vectors wide; twelve rows
+// with 32 registers: 24 accumulators).
+dispatch!(
+    sgemm,
+    sgemm_large,
+    sgemm_at,
+    f32,
+    [4, 64, 16, 12, 32],
+    [4, 16, 8, 6, 16],
+    [4, 8, 4, 6, 8]
+);
+dispatch!(
+    dgemm,
+    dgemm_large,
+    dgemm_at,
+    f64,
+    [4, 32, 8, 12, 16],
+    [4, 8, 4, 6, 8],
+    [4, 4, 2, 6, 4]
+);
 
 #[cfg(test)]
 mod tests {
@@ -957,6 +1509,16 @@ mod tests {
     }
 
     fn check(level: Isa, m: usize, k: usize, n: usize, all_layouts: bool) {
+        check_form(level, None, (m, k, n), all_layouts)
+    }
+
+    /// [`check`] of the small forms (`None`) or the blocked form with blocks `large`.
+    fn check_form(
+        level: Isa,
+        large: Option<Blocking>,
+        (m, k, n): (usize, usize, usize),
+        all_layouts: bool,
+    ) {
         let a64: Vec<f64> = (0..m * k + 1)
             .map(|x| ((x * 7) % 13) as f64 * 0.25 - 1.5)
             .collect();
@@ -998,13 +1560,13 @@ mod tests {
                     .collect();
                 let start = |x: f64| if beta == 0.0 { f64::NAN } else { x };
                 let mut c: Vec<f64> = prior.iter().map(|&x| start(x)).collect();
-                dgemm_at(level, &g, &a64, &b64, &mut c, Scale { alpha, beta });
+                dgemm_at(level, large, &g, &a64, &b64, &mut c, Scale { alpha, beta });
                 // The inputs are multiples of 1/4 and 1/2 with small sums, the coefficients
                 // powers of two: every result is exact in f64 and f32.
                 assert_eq!(
                     c,
                     expect,
-                    "f64 {m}x{k}x{n} {level:?} {:?} α={alpha} β={beta}",
+                    "f64 {m}x{k}x{n} {level:?} {large:?} {:?} α={alpha} β={beta}",
                     (rsa, csa, rsb, csb)
                 );
                 let mut c32: Vec<f32> = prior.iter().map(|&x| start(x) as f32).collect();
@@ -1012,12 +1574,12 @@ mod tests {
                     alpha: alpha as f32,
                     beta: beta as f32,
                 };
-                sgemm_at(level, &g, &a32, &b32, &mut c32, sc);
+                sgemm_at(level, large, &g, &a32, &b32, &mut c32, sc);
                 let c32: Vec<f64> = c32.iter().map(|&x| x as f64).collect();
                 assert_eq!(
                     c32,
                     expect,
-                    "f32 {m}x{k}x{n} {level:?} {:?} α={alpha} β={beta}",
+                    "f32 {m}x{k}x{n} {level:?} {large:?} {:?} α={alpha} β={beta}",
                     (rsa, csa, rsb, csb)
                 );
             }
@@ -1058,6 +1620,43 @@ mod tests {
     /// A 784-512-10 MLP's products at batch 256 (its training step, W7) and others: the
     /// output layer and its gradients take the narrow forms at every vector width, square
     /// and wide products the broadcast form.
+    #[test]
+    fn the_blocked_form_matches_the_triple_loop_across_its_block_edges() {
+        // Blocks shrunk so that small operands cross every edge: steps in blocks of 5 to 20
+        // (the continued partial sums of an unscaled product), column blocks of one or two
+        // panels with a partial last panel, a partial last block of rows; every layout.
+        let tiny = Blocking {
+            a_panel: 480,
+            b_block: 4 << 10,
+        };
+        let levels: Vec<Isa> = if cfg!(miri) {
+            vec![Isa::Sse2]
+        } else {
+            Isa::ALL
+                .into_iter()
+                .filter(|&l| l <= detected_isa())
+                .collect()
+        };
+        let shapes: &[(usize, usize, usize)] = if cfg!(miri) {
+            &[(7, 11, 9)]
+        } else {
+            &[
+                (1, 1, 1),
+                (13, 13, 33),
+                (12, 37, 70),
+                (25, 7, 100),
+                (6, 50, 31),
+                (31, 21, 65),
+            ]
+        };
+        for &level in &levels {
+            for &shape in shapes {
+                check_form(level, Some(tiny), shape, true);
+                check_form(level, Some(Blocking::DEFAULT), shape, false);
+            }
+        }
+    }
+
     #[test]
     fn few_columns_take_the_transposed_or_the_dot_form() {
         let g = |m: usize, k: usize, n: usize, (rsa, csa): (isize, isize)| Gemm {
