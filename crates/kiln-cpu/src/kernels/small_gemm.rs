@@ -268,7 +268,43 @@ struct Zmm;
 /// The intrinsic blocks: `$lanes` elements per register, at most four registers per row.
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 macro_rules! zmm_block {
-    ($t:ty, $f:ident, $packed:ident, $lanes:literal, $zero:ident, $load:ident, $store:ident, $set1:ident, $fmadd:ident, $dot:ident) => {
+    ($t:ty, $v:ty, $f:ident, $packed:ident, $start:ident, $finish:ident, $lanes:literal, $zero:ident, $load:ident, $store:ident, $set1:ident, $fmadd:ident, $dot:ident) => {
+        /// The accumulators of an `MR × NR` block (`NR / $lanes` registers per row used):
+        /// zero, or loaded from `init`.
+        #[target_feature(enable = "avx512f")]
+        #[inline]
+        fn $start<const MR: usize, const NR: usize>(
+            init: Option<&[[$t; NR]; MR]>,
+        ) -> [[$v; 4]; MR] {
+            use std::arch::x86_64::*;
+            let mut acc = [[$zero(); 4]; MR];
+            if let Some(init) = init {
+                for r in 0..MR {
+                    for v in 0..NR / $lanes {
+                        // SAFETY: `init[r]` holds `NR` elements, so the `$lanes` from
+                        // `v·$lanes` (`v < NR / $lanes`) lie inside it.
+                        acc[r][v] = unsafe { $load(init[r].as_ptr().add(v * $lanes)) };
+                    }
+                }
+            }
+            acc
+        }
+
+        /// The accumulators stored as an array (the inverse of the function above).
+        #[target_feature(enable = "avx512f")]
+        #[inline]
+        fn $finish<const MR: usize, const NR: usize>(acc: &[[$v; 4]; MR]) -> [[$t; NR]; MR] {
+            use std::arch::x86_64::*;
+            let mut out = [[0.0; NR]; MR];
+            for r in 0..MR {
+                for v in 0..NR / $lanes {
+                    // SAFETY: `out[r]` holds `NR` elements: as for the loads above.
+                    unsafe { $store(out[r].as_mut_ptr().add(v * $lanes), acc[r][v]) };
+                }
+            }
+            out
+        }
+
         #[target_feature(enable = "avx512f")]
         #[inline]
         fn $f<P: Panel<$t, MR>, const MR: usize, const NR: usize>(
@@ -284,16 +320,7 @@ macro_rules! zmm_block {
                 NR == nv * $lanes && nv <= 4,
                 "{NR} columns in 512-bit registers"
             );
-            let mut acc = [[$zero(); 4]; MR];
-            if let Some(init) = init {
-                for r in 0..MR {
-                    for v in 0..nv {
-                        // SAFETY: `init[r]` holds `NR = nv·$lanes` elements, so the
-                        // `$lanes` from `v·$lanes` (`v < nv`) lie inside it.
-                        acc[r][v] = unsafe { $load(init[r].as_ptr().add(v * $lanes)) };
-                    }
-                }
-            }
+            let mut acc = $start::<MR, NR>(init);
             let mut off = b.off + j0 as isize;
             for p in 0..k {
                 let start = off as usize;
@@ -313,18 +340,11 @@ macro_rules! zmm_block {
                 }
                 off += b.rs;
             }
-            let mut out = [[0.0; NR]; MR];
-            for r in 0..MR {
-                for v in 0..nv {
-                    // SAFETY: `out[r]` holds `NR` elements: as for the loads above.
-                    unsafe { $store(out[r].as_mut_ptr().add(v * $lanes), acc[r][v]) };
-                }
-            }
-            out
+            $finish::<MR, NR>(&acc)
         }
 
         /// [`Micro::packed`] in registers: the panels walked with pointers after one check
-        /// of their lengths (bounds checks in the loop cost a tenth of its throughput).
+        /// of their lengths (no bounds check per step).
         #[target_feature(enable = "avx512f")]
         #[inline]
         fn $packed<const MR: usize, const NR: usize>(
@@ -343,15 +363,7 @@ macro_rules! zmm_block {
                 a.len() >= k * MR && b.len() >= k * NR,
                 "packed panels too short"
             );
-            let mut acc = [[$zero(); 4]; MR];
-            if let Some(init) = init {
-                for r in 0..MR {
-                    for v in 0..nv {
-                        // SAFETY: as in the block kernel above.
-                        acc[r][v] = unsafe { $load(init[r].as_ptr().add(v * $lanes)) };
-                    }
-                }
-            }
+            let mut acc = $start::<MR, NR>(init);
             let (mut pa, mut pb) = (a.as_ptr(), b.as_ptr());
             for _ in 0..k {
                 let mut bv = [$zero(); 4];
@@ -374,14 +386,7 @@ macro_rules! zmm_block {
                 pa = pa.wrapping_add(MR);
                 pb = pb.wrapping_add(NR);
             }
-            let mut out = [[0.0; NR]; MR];
-            for r in 0..MR {
-                for v in 0..nv {
-                    // SAFETY: `out[r]` holds `NR` elements: as for the loads above.
-                    unsafe { $store(out[r].as_mut_ptr().add(v * $lanes), acc[r][v]) };
-                }
-            }
-            out
+            $finish::<MR, NR>(&acc)
         }
 
         impl Micro<$t> for Zmm {
@@ -569,8 +574,11 @@ ymm_micro!(f64, ymm_dot_f64, 4);
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 zmm_block!(
     f32,
+    std::arch::x86_64::__m512,
     zmm_f32,
     zmm_packed_f32,
+    zmm_start_f32,
+    zmm_finish_f32,
     16,
     _mm512_setzero_ps,
     _mm512_loadu_ps,
@@ -582,8 +590,11 @@ zmm_block!(
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 zmm_block!(
     f64,
+    std::arch::x86_64::__m512d,
     zmm_f64,
     zmm_packed_f64,
+    zmm_start_f64,
+    zmm_finish_f64,
     8,
     _mm512_setzero_pd,
     _mm512_loadu_pd,
@@ -943,97 +954,52 @@ struct Dot;
 /// [`gemm_transposed`].
 struct Transposed;
 
-impl Form for Broadcast {
-    #[inline(always)]
-    fn run<
-        T: Real,
-        K: Micro<T>,
-        const MR: usize,
-        const NR: usize,
-        const NV: usize,
-        const BMR: usize,
-        const BNR: usize,
-    >(
-        g: &Gemm,
-        a: &[T],
-        b: &[T],
-        c: &mut [T],
-        sc: Scale<T>,
-        _bk: Blocking,
-    ) {
-        gemm_broadcast::<T, K, MR, NR, NV>(g, a, b, c, sc)
-    }
+/// `impl Form for $form`, `$body` computing the product from `g, a, b, c, sc, bk` (the
+/// generic parameters in scope as in [`Form::run`]).
+macro_rules! form {
+    ($form:ident, |$g:ident, $a:ident, $b:ident, $c:ident, $sc:ident, $bk:ident| $body:block) => {
+        impl Form for $form {
+            #[inline(always)]
+            #[allow(unused_variables)]
+            fn run<
+                T: Real,
+                K: Micro<T>,
+                const MR: usize,
+                const NR: usize,
+                const NV: usize,
+                const BMR: usize,
+                const BNR: usize,
+            >(
+                $g: &Gemm,
+                $a: &[T],
+                $b: &[T],
+                $c: &mut [T],
+                $sc: Scale<T>,
+                $bk: Blocking,
+            ) $body
+        }
+    };
 }
 
-impl Form for Blocked {
-    #[inline(always)]
-    fn run<
-        T: Real,
-        K: Micro<T>,
-        const MR: usize,
-        const NR: usize,
-        const NV: usize,
-        const BMR: usize,
-        const BNR: usize,
-    >(
-        g: &Gemm,
-        a: &[T],
-        b: &[T],
-        c: &mut [T],
-        sc: Scale<T>,
-        bk: Blocking,
-    ) {
-        gemm_blocked::<T, K, BMR, BNR>(g, a, b, c, sc, bk)
-    }
-}
+form!(Broadcast, |g, a, b, c, sc, bk| {
+    gemm_broadcast::<T, K, MR, NR, NV>(g, a, b, c, sc)
+});
 
-impl Form for Dot {
-    #[inline(always)]
-    fn run<
-        T: Real,
-        K: Micro<T>,
-        const MR: usize,
-        const NR: usize,
-        const NV: usize,
-        const BMR: usize,
-        const BNR: usize,
-    >(
-        g: &Gemm,
-        a: &[T],
-        b: &[T],
-        c: &mut [T],
-        sc: Scale<T>,
-        _bk: Blocking,
-    ) {
-        gemm_dot::<T, K, NV>(g, a, b, c, sc)
-    }
-}
+form!(Blocked, |g, a, b, c, sc, bk| {
+    gemm_blocked::<T, K, BMR, BNR>(g, a, b, c, sc, bk)
+});
 
-impl Form for Transposed {
-    #[inline(always)]
-    fn run<
-        T: Real,
-        K: Micro<T>,
-        const MR: usize,
-        const NR: usize,
-        const NV: usize,
-        const BMR: usize,
-        const BNR: usize,
-    >(
-        g: &Gemm,
-        a: &[T],
-        b: &[T],
-        c: &mut [T],
-        sc: Scale<T>,
-        _bk: Blocking,
-    ) {
-        // Five rows per block: the few rows of the transposed product (`n < NV`) then
-        // split into full blocks more often (ten columns: two blocks of five instead of
-        // two of four and two single rows), and the block instances differ from the
-        // broadcast form's, whose inlining they would otherwise change.
-        gemm_transposed::<T, K, 5, NR, NV>(g, a, b, c, sc)
-    }
-}
+form!(Dot, |g, a, b, c, sc, bk| {
+    gemm_dot::<T, K, NV>(g, a, b, c, sc)
+});
+
+form!(Transposed, |g, a, b, c, sc, bk| {
+    // Five rows per block: the few rows of the transposed product (`n < NV`) then
+    // split into full blocks more often (ten columns: two blocks of five instead of
+    // two of four and two single rows), and the block instances differ from the
+    // broadcast form's, whose inlining they would otherwise change.
+    gemm_transposed::<T, K, 5, NR, NV>(g, a, b, c, sc)
+});
 
 /// Which [`Form`] computes the product at a level whose vectors hold `nv` elements: fewer
 /// columns than a vector go to the transposed product when `a` is transposed (its rows
