@@ -86,6 +86,10 @@ pub struct Interp<'p> {
     /// Per value, for the current block: its register holds one value in element 0 that
     /// stands for every position (a *uniform* load, see [`Interp::eval`]).
     uniform: Vec<bool>,
+    /// Per step: the values it reads (with those of the instruction it fuses) that can be
+    /// uniform — register loads of a source with a span above 1. Computed once, so a block
+    /// checks only these (most steps: none) before running the step.
+    maybe_uniform: Vec<SmallVec<[u32; 2]>>,
 }
 
 impl<'p> Interp<'p> {
@@ -327,6 +331,40 @@ impl<'p> Interp<'p> {
                 }
             }
         }
+        let spans: Vec<usize> = srcs
+            .iter()
+            .map(|src| match (src.kind, src.walk.strides.last()) {
+                (crate::source::SrcKind::Data(_), Some(0)) => {
+                    src.walk.shape.last().copied().unwrap_or(1)
+                }
+                _ => 1,
+            })
+            .collect();
+        let can_be_uniform = |v: u32| {
+            let v = v as usize;
+            let s = match insts[v].op {
+                InstOp::Load(s) => Some(s as usize),
+                InstOp::Acc => acc,
+                _ => None,
+            };
+            matches!(locs[v], Loc::Reg(_)) && s.is_some_and(|s| spans[s] > 1)
+        };
+        let maybe_uniform = steps
+            .iter()
+            .map(|st| {
+                let fused = st
+                    .pair
+                    .into_iter()
+                    .flat_map(|(f, _)| operands(&insts[f].op));
+                let mut reads: SmallVec<[u32; 2]> = SmallVec::new();
+                for v in operands(&insts[st.inst].op).chain(fused) {
+                    if can_be_uniform(v) && !reads.contains(&v) {
+                        reads.push(v);
+                    }
+                }
+                reads
+            })
+            .collect();
         Ok(Interp {
             program,
             acc,
@@ -339,16 +377,9 @@ impl<'p> Interp<'p> {
             stores: SmallVec::new(),
             streaming: false,
             lazy: None,
-            spans: srcs
-                .iter()
-                .map(|src| match (src.kind, src.walk.strides.last()) {
-                    (crate::source::SrcKind::Data(_), Some(0)) => {
-                        src.walk.shape.last().copied().unwrap_or(1)
-                    }
-                    _ => 1,
-                })
-                .collect(),
+            spans,
             uniform: vec![false; insts.len()],
+            maybe_uniform,
         })
     }
 
@@ -395,8 +426,8 @@ impl<'p> Interp<'p> {
                     self.load_alias(self.steps[ls], srcs, outs, start, n);
                 }
             }
-            if !self.uses_uniform(step) {
-                self.materialize_operands(step, n);
+            if !self.maybe_uniform[si].is_empty() && !self.uses_uniform(step) {
+                self.materialize_operands(si, n);
             }
             if let Some(&(_, j)) = self.stores.iter().find(|&&(st, _)| st == si) {
                 // Straight into the output block (no tmp: the dtypes agree).
@@ -499,18 +530,13 @@ impl<'p> Interp<'p> {
         }
     }
 
-    /// Repeats the uniform operands of `step` (and of the instruction it fuses) over the
+    /// Repeats the uniform operands of step `si` (and of the instruction it fuses) over the
     /// block.
-    fn materialize_operands(&mut self, step: Step, n: usize) {
-        let insts = &self.program.insts;
-        let fused = step
-            .pair
-            .into_iter()
-            .flat_map(|(f, _)| operands(&insts[f].op));
-        let reads: SmallVec<[u32; 6]> = operands(&insts[step.inst].op).chain(fused).collect();
-        for v in reads {
-            if self.uniform[v as usize] {
-                self.materialize(v as usize, n);
+    fn materialize_operands(&mut self, si: usize, n: usize) {
+        for k in 0..self.maybe_uniform[si].len() {
+            let v = self.maybe_uniform[si][k] as usize;
+            if self.uniform[v] {
+                self.materialize(v, n);
             }
         }
     }
