@@ -975,9 +975,9 @@ fn uniform_operand_ops_are_ieee_at_every_isa_level() {
 }
 
 /// The in-place division by a uniform value (its fast form: a reciprocal and a correction,
-/// one vector at a time, with the elements outside its range divided) is the IEEE quotient
-/// for dividends spanning every f32 exponent (and the range edges of the fast form), mixed
-/// within each vector, over lengths around the vector width, at every ISA level.
+/// one 256-byte chunk at a time, the chunks holding elements outside its range divided) is
+/// the IEEE quotient for dividends spanning every f32 exponent (and the range edges of the
+/// fast form), mixed within each chunk, over lengths around the chunk, at every ISA level.
 #[test]
 fn in_place_uniform_division_is_ieee_for_every_exponent() {
     let _level = lock_level();
@@ -1013,7 +1013,7 @@ fn in_place_uniform_division_is_ieee_for_every_exponent() {
         }
         assert_eq!(set_isa(level), level);
         for &s in &divisors {
-            for n in [x.len(), 15, 16, 33] {
+            for n in [x.len(), 15, 16, 33, 63, 64, 65, 129] {
                 let mut o = x[..n].to_vec();
                 assert!(vmath::binary_uniform_in_place_f32(
                     kiln_ir::BinaryOp::Div,
