@@ -266,7 +266,8 @@ fn fold_extremum(xs: &[f64], max: bool) -> f64 {
 fn vectorised_extrema_equal_a_left_fold_at_every_isa_level() {
     let _level = lock_level();
     // Lengths around the lane counts (tails), the extremum in every lane position, ±inf,
-    // subnormals and NaN payloads (the last NaN is returned, as the fold would).
+    // subnormals and NaN payloads (the last NaN is returned, as the fold would), alone in
+    // the first lane set or also in the tail.
     let specials = [f64::INFINITY, f64::NEG_INFINITY, 1e-310, -3.5];
     for level in Isa::ALL {
         if level > detected_isa() {
@@ -274,9 +275,9 @@ fn vectorised_extrema_equal_a_left_fold_at_every_isa_level() {
         }
         assert_eq!(set_isa(level), level);
         for n in [
-            0usize, 1, 2, 3, 10, 15, 16, 31, 32, 33, 63, 64, 65, 100, 1000,
+            0usize, 1, 2, 3, 10, 15, 16, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 1000,
         ] {
-            for case in 0..6usize {
+            for case in 0..7usize {
                 let mut xs: Vec<f64> = (0..n)
                     .map(|i| ((i * 7919 + case * 31) % 1009) as f64 / 17.0 - 30.0)
                     .collect();
@@ -286,6 +287,10 @@ fn vectorised_extrema_equal_a_left_fold_at_every_isa_level() {
                 if n > 2 && case == 5 {
                     xs[n / 3] = f64::from_bits(0x7ff8_0000_0000_0001);
                     xs[n - 2] = f64::from_bits(0x7ff8_0000_0000_0002);
+                }
+                if n > 0 && case == 6 {
+                    // One NaN, in the first lane set (not in the tail).
+                    xs[0] = f64::from_bits(0x7ff8_0000_0000_0003);
                 }
                 for max in [true, false] {
                     let want = fold_extremum(&xs, max);
