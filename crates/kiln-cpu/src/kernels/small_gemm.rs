@@ -148,6 +148,10 @@ pub(super) struct Scale<T> {
 /// `MR` rows of the left operand as the kernel reads them: element `p` of every row.
 trait Panel<T, const MR: usize>: Copy {
     fn at(&self, p: usize) -> [T; MR];
+    /// The first `k` steps only (panics if there are fewer): a kernel that cuts its panel
+    /// to its `k` steps first reads every step without a bounds check (four per step in a
+    /// block not inlined into its caller: 64×64×64 f32 96 → 108 GFLOP/s end to end).
+    fn first(self, k: usize) -> Self;
 }
 
 /// Rows read in place (unit column stride), each `k` long.
@@ -159,6 +163,10 @@ impl<T: Copy, const MR: usize> Panel<T, MR> for InPlace<'_, T, MR> {
     fn at(&self, p: usize) -> [T; MR] {
         std::array::from_fn(|r| self.0[r][p])
     }
+    #[inline(always)]
+    fn first(self, k: usize) -> Self {
+        InPlace(self.0.map(|row| &row[..k]))
+    }
 }
 
 /// A `k × MR` copy: entry `p` holds element `p` of each row.
@@ -169,6 +177,10 @@ impl<T: Copy, const MR: usize> Panel<T, MR> for Packed<'_, T, MR> {
     #[inline(always)]
     fn at(&self, p: usize) -> [T; MR] {
         self.0[p]
+    }
+    #[inline(always)]
+    fn first(self, k: usize) -> Self {
+        Packed(&self.0[..k])
     }
 }
 
@@ -242,6 +254,7 @@ impl<T: Real, const F: bool> Micro<T> for Lanes<F> {
         init: Option<&[[T; NR]; MR]>,
     ) -> [[T; NR]; MR] {
         let mut acc = init.copied().unwrap_or([[T::default(); NR]; MR]);
+        let a = a.first(k);
         let mut off = b.off + j0 as isize;
         for p in 0..k {
             let start = off as usize;
@@ -321,6 +334,7 @@ macro_rules! zmm_block {
                 "{NR} columns in 512-bit registers"
             );
             let mut acc = $start::<MR, NR>(init);
+            let a = a.first(k);
             let mut off = b.off + j0 as isize;
             for p in 0..k {
                 let start = off as usize;
@@ -701,25 +715,27 @@ fn columns<
         store(c, ldc, at, &acc, NR, to.sc);
         j0 += NR;
     }
-    // Columns left over: one vector at a time in place, the last partial vector through
-    // the zero-padded copy of those columns.
-    while j0 < n {
-        let w = NV.min(n - j0);
-        let (panel, from) = if w == NV {
-            (b, j0)
-        } else {
-            let panel = Rows {
-                data: tail,
-                off: 0,
-                rs: NV as isize,
-            };
-            (panel, 0)
+    // Columns left over: one vector at a time in place (a constant width: the stores are
+    // vector moves, not `memmove` calls), the last partial vector through the zero-padded
+    // copy of those columns.
+    while j0 + NV <= n {
+        let at = (i0, to.jc + j0);
+        let init = to.cont.then(|| tile::<T, MR, NV>(c, ldc, at, (MR, NV)));
+        let acc = K::block::<P, MR, NV>(rows, k, b, j0, init.as_ref());
+        store(c, ldc, at, &acc, NV, to.sc);
+        j0 += NV;
+    }
+    if j0 < n {
+        let w = n - j0;
+        let panel = Rows {
+            data: tail,
+            off: 0,
+            rs: NV as isize,
         };
         let at = (i0, to.jc + j0);
         let init = to.cont.then(|| tile::<T, MR, NV>(c, ldc, at, (MR, w)));
-        let acc = K::block::<P, MR, NV>(rows, k, panel, from, init.as_ref());
+        let acc = K::block::<P, MR, NV>(rows, k, panel, 0, init.as_ref());
         store(c, ldc, at, &acc, w, to.sc);
-        j0 += w;
     }
 }
 
@@ -1235,9 +1251,15 @@ const B_BLOCK_BYTES: usize = 1 << 20;
 const KC_BYTES: usize = 4 << 10;
 
 /// Products with at least this many rows copy each block of the right operand into panels
-/// ([`pack_panels`]) first: every block of rows then reads it contiguously (in place, a
-/// 64-column slice of a row-major `b` touches a new page every row or two).
+/// ([`pack_panels`]) first when the block is larger than [`PACK_MIN_BYTES`]: every block of
+/// rows then reads it contiguously (in place, a 64-column slice of a row-major `b` touches a
+/// new page every row or two).
 const PACK_ROWS: usize = 128;
+/// Blocks of the right operand up to this size are read in place: they stay in L1 across
+/// the blocks of rows, and packing them cost more than it saved (f32, end to end, GFLOP/s
+/// packed vs in place: 128×64×64 108 vs 127, 256×64×64 122 vs 143, 256×64×112 112–125 vs
+/// 120; 256×16×512 and 256×8×1024 equal within the noise).
+const PACK_MIN_BYTES: usize = 32 << 10;
 
 /// Copies rows `p0..p0+kq`, columns `jc..jc+jn` of `b` into `out` as panels of `NR`
 /// columns: panel `s` holds columns `jc + s·NR ..` for each row in turn (`kq × NR`
@@ -1304,7 +1326,7 @@ fn gemm_broadcast<T: Real, K: Micro<T>, const MR: usize, const NR: usize, const 
         for q in 0..kblocks {
             let p0 = q * kc;
             let kq = kc.min(k - p0);
-            let pack = g.csb != 1 || m >= PACK_ROWS;
+            let pack = g.csb != 1 || (m >= PACK_ROWS && kq * jn * size > PACK_MIN_BYTES);
             let rows = if !pack {
                 Rows {
                     data: b,
