@@ -752,7 +752,12 @@ fn tile<T: Real, const MR: usize, const W: usize>(
     let mut t = [[T::default(); W]; MR];
     for (r, row) in t.iter_mut().enumerate().take(rows) {
         let at = (i0 + r) * ldc + j0;
-        row[..w].copy_from_slice(&c[at..at + w]);
+        if w == W {
+            // A constant width: vector moves, not a `memmove` call per row.
+            *row = c[at..at + W].try_into().expect("W elements");
+        } else {
+            row[..w].copy_from_slice(&c[at..at + w]);
+        }
     }
     t
 }
@@ -772,7 +777,13 @@ fn store<T: Real, const W: usize>(
         let at = (i0 + r) * n + j0;
         let out = &mut c[at..at + w];
         if sc.alpha == T::ONE && sc.beta == T::default() {
-            out.copy_from_slice(&row[..w]);
+            if w == W {
+                // A constant width: vector moves, not a `memmove` call per row.
+                let out: &mut [T; W] = out.try_into().expect("W elements");
+                *out = *row;
+            } else {
+                out.copy_from_slice(&row[..w]);
+            }
         } else if sc.beta == T::default() {
             for (o, &x) in out.iter_mut().zip(row) {
                 *o = sc.alpha * x;
@@ -1278,7 +1289,12 @@ fn pack_panels<T: Real, const NR: usize>(
         let w = NR.min(jc + jn - j0);
         for (p, row) in panel.chunks_exact_mut(NR).enumerate() {
             let base = g.boff + (p0 + p) as isize * g.rsb + j0 as isize * g.csb;
-            if g.csb == 1 {
+            if g.csb == 1 && w == NR {
+                // A constant width: vector moves, not a `memmove` call per row.
+                let at = base as usize;
+                let src: &[T; NR] = b[at..at + NR].try_into().expect("NR elements");
+                row.copy_from_slice(src);
+            } else if g.csb == 1 {
                 let at = base as usize;
                 row[..w].copy_from_slice(&b[at..at + w]);
             } else {
