@@ -1134,8 +1134,9 @@ const A_BLOCK_BYTES: usize = 2 << 20;
 
 /// The blocked form for large products: the right operand is copied block by block
 /// (`kc × nc`, [`B_BLOCK_BYTES`]: it stays in L2) into panels of `NR` columns
-/// ([`pack_panels`]), the left operand `MR` rows at a time into a `kc × MR` panel
-/// ([`A_PANEL_BYTES`]: in L1), and each register block walks both panels contiguously
+/// ([`pack_panels`]), the left operand `MR` rows at a time into `kc × MR` panels
+/// ([`A_PANEL_BYTES`]: in L1) kept for the later blocks of columns (in groups of rows of
+/// [`A_BLOCK_BYTES`]), and each register block walks both panels contiguously
 /// ([`Micro::packed`]). The steps `p` go in blocks of `kc`, each register block
 /// continuing the partial sums the previous one stored (so every element is the one
 /// ordered sum over `p`): in `c` for a product stored unscaled, else in a scratch block
