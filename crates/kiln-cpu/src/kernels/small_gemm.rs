@@ -689,7 +689,7 @@ fn columns<
     c: &mut [T],
     to: Dest<T>,
 ) {
-    let (k, n, ldc) = (g.k, g.n, to.ldc);
+    let (k, n) = (g.k, g.n);
     let mut j0 = 0;
     if let Some(kc) = to.panels {
         // `b` holds `NR`-column panels, `kc × NR` each, the last one zero-padded.
@@ -701,28 +701,20 @@ fn columns<
                 rs: NR as isize,
             };
             let at = (i0, to.jc + j0);
-            let init = to.cont.then(|| tile::<T, MR, NR>(c, ldc, at, (MR, w)));
-            let acc = K::block::<P, MR, NR>(rows, k, panel, 0, init.as_ref());
-            store(c, ldc, at, &acc, w, to.sc);
+            one::<T, K, P, MR, NR>(rows, k, (panel, 0), c, at, w, to);
             j0 += w;
         }
         return;
     }
     while j0 + NR <= n {
-        let at = (i0, to.jc + j0);
-        let init = to.cont.then(|| tile::<T, MR, NR>(c, ldc, at, (MR, NR)));
-        let acc = K::block::<P, MR, NR>(rows, k, b, j0, init.as_ref());
-        store(c, ldc, at, &acc, NR, to.sc);
+        one::<T, K, P, MR, NR>(rows, k, (b, j0), c, (i0, to.jc + j0), NR, to);
         j0 += NR;
     }
     // Columns left over: one vector at a time in place (a constant width: the stores are
     // vector moves, not `memmove` calls), the last partial vector through the zero-padded
     // copy of those columns.
     while j0 + NV <= n {
-        let at = (i0, to.jc + j0);
-        let init = to.cont.then(|| tile::<T, MR, NV>(c, ldc, at, (MR, NV)));
-        let acc = K::block::<P, MR, NV>(rows, k, b, j0, init.as_ref());
-        store(c, ldc, at, &acc, NV, to.sc);
+        one::<T, K, P, MR, NV>(rows, k, (b, j0), c, (i0, to.jc + j0), NV, to);
         j0 += NV;
     }
     if j0 < n {
@@ -732,11 +724,25 @@ fn columns<
             off: 0,
             rs: NV as isize,
         };
-        let at = (i0, to.jc + j0);
-        let init = to.cont.then(|| tile::<T, MR, NV>(c, ldc, at, (MR, w)));
-        let acc = K::block::<P, MR, NV>(rows, k, panel, 0, init.as_ref());
-        store(c, ldc, at, &acc, w, to.sc);
+        one::<T, K, P, MR, NV>(rows, k, (panel, 0), c, (i0, to.jc + j0), w, to);
     }
+}
+
+/// One `MR × W` register block of [`columns`]: columns `from..` of `b` into the block of `c`
+/// at `at`, its first `w` columns stored (continuing the partial sums there when `to.cont`).
+#[inline(always)]
+fn one<T: Real, K: Micro<T>, P: Panel<T, MR>, const MR: usize, const W: usize>(
+    rows: P,
+    k: usize,
+    (b, from): (Rows<'_, T>, usize),
+    c: &mut [T],
+    at: (usize, usize),
+    w: usize,
+    to: Dest<T>,
+) {
+    let init = to.cont.then(|| tile::<T, MR, W>(c, to.ldc, at, (MR, w)));
+    let acc = K::block::<P, MR, W>(rows, k, b, from, init.as_ref());
+    store(c, to.ldc, at, &acc, w, to.sc);
 }
 
 /// The `MR × W` block of `c` (rows `ldc` long) at `(i0, j0)`, its first `rows` rows and
