@@ -490,11 +490,23 @@ macro_rules! uniform_arms {
 /// L1). The range is checked per 256 bytes of dividends ([`markstein_chunk`]): a chunk
 /// holding an element outside it (0, NaN, ±∞, tiny or huge) is divided (a whole block of
 /// 1024 was before: an f32 softmax row with a probability below 2^-100 divided every element,
-/// 0.10 → 0.22 ns/element; per chunk 0.09 with or without). Checked bit for bit against
+/// 0.10 → 0.22 ns/element; per chunk 0.08–0.09 with or without). Checked bit for bit against
 /// division over every f32 significand at ten exponents for 37 divisors (scratch run) and by
 /// `tests/vmath.rs` at every ISA level.
 macro_rules! binary_uniform_generic {
-    ($name:ident, $chunk:ident, $t:ty, $p:expr, $e:expr) => {
+    ($name:ident, $chunk:ident, $tail:ident, $t:ty, $p:expr, $e:expr) => {
+        /// [`markstein_chunk`] over a last partial chunk `x` (shorter than a chunk), padded
+        /// with ones (in range); returns the chunk, whose first `x.len()` elements are the
+        /// quotients.
+        #[inline(always)]
+        fn $tail(x: &[$t], s: $t, r: $t, lo: $t, hi: $t) -> [$t; 256 / size_of::<$t>()] {
+            let mut padded = [1.0; 256 / size_of::<$t>()];
+            padded[..x.len()].copy_from_slice(x);
+            let mut last = [0.0; 256 / size_of::<$t>()];
+            $chunk(&padded, s, r, lo, hi, &mut last);
+            last
+        }
+
         /// `o = x / s` over one chunk of 256 bytes (four AVX-512 vectors) by the Markstein
         /// correction with `r = RN(1/s)`, or by division where an element of
         /// the chunk is outside `[lo, hi]` in magnitude (NaN compares false: outside). `o`
@@ -532,13 +544,10 @@ macro_rules! binary_uniform_generic {
                 for (xs, os) in xc.zip(&mut oc) {
                     $chunk(xs.try_into().expect("a chunk"), s, r, lo, hi, os);
                 }
-                // The last partial chunk, padded with ones (in range).
-                let mut tail = [1.0; C];
-                tail[..xr.len()].copy_from_slice(xr);
-                let mut last = [0.0; C];
-                $chunk(&tail, s, r, lo, hi, &mut last);
                 let or = oc.into_remainder();
-                or.copy_from_slice(&last[..or.len()]);
+                if !or.is_empty() {
+                    or.copy_from_slice(&$tail(xr, s, r, lo, hi)[..or.len()]);
+                }
                 return true;
             }
             macro_rules! each {
@@ -552,10 +561,18 @@ macro_rules! binary_uniform_generic {
         }
     };
 }
-binary_uniform_generic!(binary_uniform_f32_generic, markstein_chunk, f32, 24, 100);
+binary_uniform_generic!(
+    binary_uniform_f32_generic,
+    markstein_chunk,
+    markstein_tail,
+    f32,
+    24,
+    100
+);
 binary_uniform_generic!(
     binary_uniform_f64_generic,
     markstein_chunk_f64,
+    markstein_tail_f64,
     f64,
     53,
     900
@@ -588,7 +605,7 @@ versions! {
 /// the same roundings, the division by the same [`markstein_chunk`] over each chunk (read
 /// into registers before it is written).
 macro_rules! binary_uniform_in_place_generic {
-    ($name:ident, $chunk:ident, $t:ty, $p:expr, $e:expr) => {
+    ($name:ident, $chunk:ident, $tail:ident, $t:ty, $p:expr, $e:expr) => {
         #[inline(always)]
         fn $name<const F: bool>(op: BinaryOp, left: bool, o: &mut [$t], s: $t) -> bool {
             use BinaryOp::*;
@@ -602,12 +619,11 @@ macro_rules! binary_uniform_in_place_generic {
                     $chunk(&xs, s, r, lo, hi, os);
                 }
                 let or = oc.into_remainder();
-                let mut tail = [1.0; C];
-                tail[..or.len()].copy_from_slice(or);
-                let mut last = [0.0; C];
-                $chunk(&tail, s, r, lo, hi, &mut last);
-                let m = or.len();
-                or.copy_from_slice(&last[..m]);
+                if !or.is_empty() {
+                    let last = $tail(or, s, r, lo, hi);
+                    let m = or.len();
+                    or.copy_from_slice(&last[..m]);
+                }
                 return true;
             }
             macro_rules! each {
@@ -624,6 +640,7 @@ macro_rules! binary_uniform_in_place_generic {
 binary_uniform_in_place_generic!(
     binary_uniform_in_place_f32_generic,
     markstein_chunk,
+    markstein_tail,
     f32,
     24,
     100
@@ -631,6 +648,7 @@ binary_uniform_in_place_generic!(
 binary_uniform_in_place_generic!(
     binary_uniform_in_place_f64_generic,
     markstein_chunk_f64,
+    markstein_tail_f64,
     f64,
     53,
     900
