@@ -9,6 +9,7 @@
 use crate::group::RowGroup;
 use crate::plan::{InstOp, Kernel, OutputRef, Plan, Program, Source, Strided};
 use kiln_ir::{resolve_shape, Bindings, DType, HostData, Result, Scalar, Shape};
+use smallvec::SmallVec;
 
 /// How a kernel reads one input.
 #[derive(Debug)]
@@ -210,12 +211,15 @@ pub fn run<B: Backend>(backend: &B, plan: &Plan, bindings: &Bindings) -> Result<
     let mut scalars = bindings.scalars.clone();
     eval_prelude(&plan.prelude, &mut scalars)?;
     let dims = &bindings.dims;
-    let mut params: Vec<Option<B::Buffer>> = (0..bindings.params.len()).map(|_| None).collect();
-    let mut bufs: Vec<Option<B::Buffer>> = (0..plan.buffers.len()).map(|_| None).collect();
+    // Inline lists: a small plan's run allocates only its results.
+    let mut params: SmallVec<[Option<B::Buffer>; 8]> =
+        (0..bindings.params.len()).map(|_| None).collect();
+    let mut bufs: SmallVec<[Option<B::Buffer>; 8]> =
+        (0..plan.buffers.len()).map(|_| None).collect();
     let result = run_kernels(backend, plan, bindings, &scalars, &mut params, &mut bufs);
     let out = result.and_then(|()| {
         let mut out: Vec<HostData> = Vec::with_capacity(plan.outputs.len());
-        let mut done: Vec<(u32, usize)> = Vec::new();
+        let mut done: SmallVec<[(u32, usize); 4]> = SmallVec::new();
         for o in &plan.outputs {
             match o {
                 OutputRef::Param(p) => out.push(bindings.params[*p as usize].clone()),
@@ -276,12 +280,12 @@ fn run_kernels<B: Backend>(
             }
         }
         // Take (or allocate) the output buffers.
-        let out_bufs: Vec<u32> = kernel
+        let out_bufs: SmallVec<[u32; 2]> = kernel
             .outputs
             .iter()
             .map(|&s| plan.slots[s as usize].buffer)
             .collect();
-        let mut outs: Vec<B::Buffer> = Vec::with_capacity(out_bufs.len());
+        let mut outs: SmallVec<[B::Buffer; 2]> = SmallVec::with_capacity(out_bufs.len());
         for &b in &out_bufs {
             let desc = &plan.buffers[b as usize];
             let buf = match bufs[b as usize].take() {
@@ -308,7 +312,7 @@ fn run_kernels<B: Backend>(
             unread_outputs: plan.unread_outputs.get(ki).copied().unwrap_or(false),
         };
         let result = {
-            let args: Vec<Arg<'_, B::Buffer>> = kernel
+            let args: SmallVec<[Arg<'_, B::Buffer>; 4]> = kernel
                 .inputs
                 .iter()
                 .map(|i| match i.source {

@@ -548,21 +548,29 @@ fn form_plan(
 
 #[test]
 fn affine_epilogues_equal_the_reference() {
-    // Every form, f32 and f64, with the addend as a broadcast bias row, a full matrix and a
-    // transposed view, over a product above the small-GEMM bounds (k·n = 4224 > 64·64: the
-    // affine ones run inside matrixmultiply's C = α·A@B + β·C) and below them, batched, with
-    // a leftover row and a column tail (inside the small GEMM's store).
+    // Every form, f32 and f64, with the addend as a broadcast bias row, a full matrix, a
+    // transposed view (copied into the output first) and the first columns of a wider array
+    // (the others read in place by the GEMM's stores), over a product above the small-GEMM
+    // bounds (k·n = 4224 > 64·64: the affine ones run inside matrixmultiply's
+    // C = α·A@B + β·C, or at AVX-512 in the blocked form from 128 columns and 64 steps) and
+    // below them, batched, with a leftover row and a column tail (inside the small GEMM's
+    // store), and with one column.
     let mut seed = 100;
     for &(batch, m, k, n) in &[
         (1, 176, 24, 176),
+        (1, 130, 70, 130),
         (1, 48, 40, 48),
         (1, 45, 33, 70),
         (2, 40, 33, 40),
         (1, 4, 3, 4),
+        (2, 5, 7, 1),
     ] {
         for dt in [DType::F32, DType::F64] {
             for form in Form::ALL {
-                for addend in 0..3 {
+                for addend in 0..4 {
+                    if addend == 2 && m != n {
+                        continue;
+                    }
                     seed += 10;
                     let data = |len: usize, sd: u64| match dt {
                         DType::F32 => f32s(len, sd),
@@ -583,10 +591,15 @@ fn affine_epilogues_equal_the_reference() {
                         },
                         1 => Op::plain(data(batch * m * n, seed + 2), &[batch, m, n]),
                         // m == n: the transpose of a [batch, n, m] array
-                        _ => Op {
+                        2 => Op {
                             data: data(batch * m * n, seed + 2),
                             base: vec![batch, n, m],
                             ops: vec![VOp::Permute(vec![0, 2, 1])],
+                        },
+                        _ => Op {
+                            data: data(batch * m * (n + 3), seed + 2),
+                            base: vec![batch, m, n + 3],
+                            ops: vec![VOp::Slice(vec![0, 0, 1], vec![1, 1, 1], vec![batch, m, n])],
                         },
                     };
                     let (pb, want) = form_plan(form, dt, (&a, &b, &l), -0.37, &[batch, m, n]);

@@ -144,6 +144,12 @@ impl Node {
         self.lock_inputs().clone()
     }
 
+    /// Runs `f` over the operands while they are held (no copy of the list: the tracer
+    /// clones only the operands it has not seen yet).
+    pub(crate) fn with_inputs<R>(&self, f: impl FnOnce(&[NodeRef]) -> R) -> R {
+        f(&self.lock_inputs())
+    }
+
     fn lock_inputs(&self) -> MutexGuard<'_, Inputs> {
         // A poisoned lock only means another thread panicked while cloning Arcs; the list
         // itself is always valid.
@@ -186,7 +192,11 @@ impl Drop for Node {
 /// Drops a list of node handles without recursion: nodes whose last handle goes away hand
 /// their operands to the work list instead of dropping them in a nested call.
 fn drop_iteratively(inputs: Inputs) {
-    let mut stack: Vec<NodeRef> = inputs.into_vec();
+    if inputs.is_empty() {
+        return;
+    }
+    // Inline for the common short lists: dropping a small expression allocates nothing.
+    let mut stack: SmallVec<[NodeRef; 8]> = inputs.into_iter().collect();
     while let Some(n) = stack.pop() {
         if let Some(node) = Arc::into_inner(n) {
             let mut node = node;

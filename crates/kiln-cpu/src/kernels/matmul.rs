@@ -16,7 +16,7 @@
 //! product's, takes a scratch product buffer.
 
 use super::elementwise::{check_outputs, run_blocks, run_space};
-use super::small_gemm;
+use super::small_gemm::{self, Scale};
 use crate::buffer::{BufferPool, CpuBuffer};
 use crate::interp::Interp;
 use crate::ops::Int;
@@ -145,8 +145,11 @@ pub fn run(
                 }
                 None => (None, None, split.rest),
             };
+            // L read in place by the GEMM where its view allows, else copied into C first.
+            let addend = load.and_then(|src| AddendRows::of(src, n));
+            let copied = load.filter(|_| addend.is_none());
             let prefill = |start: usize, mut c: TSliceMut<'_>| {
-                if let Some(src) = load {
+                if let Some(src) = copied {
                     let len = c.len();
                     src.read_own(start, c.range(0, len), &[]);
                 }
@@ -176,8 +179,9 @@ pub fn run(
                 run_blocks(&mut interp, &esrcs, &mut [c], start, start + len)
             };
             let around = Around {
-                before: Some(&prefill),
-                after: Some(&finish),
+                before: copied.is_some().then_some(&prefill as &BlockFn<'_>),
+                after: rest.is_some().then_some(&finish as &BlockTry<'_>),
+                addend,
             };
             let mut c = outputs[0].as_mut_slice();
             product(&dims, &a, &b, c.range(0, numel), coefs, &around)
@@ -268,10 +272,47 @@ fn in_place(program: &Program, srcs: &[Src<'_>], scalars: &[Scalar], k: usize) -
 /// Work around the product of each block of output rows, run by the task that computes the
 /// block: `before` gets the block's first position and its elements before the product is
 /// written (or accumulated) into them, `after` once it is.
+/// `addend`, when given, is the `L` of the affine part (`C = α·A@B + β·L`), read in place
+/// by the GEMM's stores rather than copied into the block by `before`.
 #[derive(Default)]
 struct Around<'a> {
     before: Option<&'a BlockFn<'a>>,
     after: Option<&'a BlockTry<'a>>,
+    addend: Option<AddendRows<'a>>,
+}
+
+/// An epilogue input read as rows of the product's shape: position `r·n + j` of the output
+/// (row `r` counted over every batch index, column `j < n`) is element `off + r·rs + j` of
+/// `data`.
+#[derive(Clone, Copy)]
+struct AddendRows<'a> {
+    data: TSlice<'a>,
+    off: isize,
+    rs: isize,
+}
+
+impl<'a> AddendRows<'a> {
+    /// The rows of `src` (an `n`-column output's epilogue input), when it is buffer data
+    /// whose view has a unit column stride and rows a fixed distance apart (a contiguous
+    /// array, a bias repeated over the rows, a column of a wider array); `None` for other
+    /// views, which are copied into the output first.
+    fn of(src: &Src<'a>, n: usize) -> Option<Self> {
+        let SrcKind::Data(data) = src.kind else {
+            return None;
+        };
+        let w = &src.walk;
+        let rs = match (&w.shape[..], &w.strides[..]) {
+            ([_], [1]) => n as isize,
+            ([_], &[s]) if n == 1 => s,
+            ([_, cols], &[s, 1]) if *cols == n => s,
+            _ => return None,
+        };
+        Some(AddendRows {
+            data,
+            off: w.offset,
+            rs,
+        })
+    }
 }
 
 /// Work on a block of output rows: its first position and its elements.
@@ -560,59 +601,81 @@ fn product(
 }
 
 /// The float types of the GEMM paths: `matrixmultiply`'s packed product and [`small_gemm`].
-trait GemmFloat: Copy + Send + Sync {
-    /// `c = alpha·a@b + beta·c` for a product too large for [`small_gemm`]'s small forms:
-    /// its blocked form where [`Gemm::blocked`], else `matrixmultiply`.
-    fn packed(g: &Gemm, a: &[Self], b: &[Self], c: &mut [Self], alpha: f64, beta: f64);
-    /// `c = alpha·a@b + beta·c` through [`small_gemm`] (`k > 0`; `c` read only when
-    /// `beta != 0`).
-    fn small(g: &Gemm, a: &[Self], b: &[Self], c: &mut [Self], alpha: f64, beta: f64);
+trait GemmFloat: Copy + Send + Sync + 'static {
+    /// `c = α·a@b + β·L` (`L` is `sc.add` or `c`) for a product too large for
+    /// [`small_gemm`]'s small forms: its blocked form where [`Gemm::blocked`], else
+    /// `matrixmultiply` (over `c` first filled from `sc.add`, if given).
+    fn packed(g: &Gemm, a: &[Self], b: &[Self], c: &mut [Self], sc: Scale<'_, Self>);
+    /// `c = α·a@b + β·L` through [`small_gemm`] (`k > 0`; `L` read only when `β != 0`).
+    fn small(g: &Gemm, a: &[Self], b: &[Self], c: &mut [Self], sc: Scale<'_, Self>);
     fn typed(c: &mut [Self]) -> TSliceMut<'_>;
+    /// The data, if of this type.
+    fn slice(d: TSlice<'_>) -> Option<&[Self]>;
+    /// `f64` coefficients in this type.
+    fn coef(x: f64) -> Self;
 }
 
-impl GemmFloat for f32 {
-    fn packed(g: &Gemm, a: &[f32], b: &[f32], c: &mut [f32], alpha: f64, beta: f64) {
-        if g.blocked(4, (alpha, beta)) {
-            g.check(a.len(), b.len(), c.len());
-            let sc = small_gemm::Scale {
-                alpha: alpha as f32,
-                beta: beta as f32,
-            };
-            return small_gemm::sgemm_large(g, a, b, c, sc);
-        }
-        g.packed_sgemm_into(a, b, c, alpha as f32, beta as f32)
-    }
-    fn small(g: &Gemm, a: &[f32], b: &[f32], c: &mut [f32], alpha: f64, beta: f64) {
-        g.check(a.len(), b.len(), c.len());
-        let sc = small_gemm::Scale {
-            alpha: alpha as f32,
-            beta: beta as f32,
-        };
-        small_gemm::sgemm(g, a, b, c, sc)
-    }
-    fn typed(c: &mut [f32]) -> TSliceMut<'_> {
-        TSliceMut::F32(c)
+/// `c`'s rows (`n` long) filled from the addend, for the products that read their `β·L`
+/// from `c` (`matrixmultiply`'s contract).
+fn fill_from<T: Copy>(c: &mut [T], n: usize, add: small_gemm::Addend<'_, T>) {
+    for (i, row) in c.chunks_exact_mut(n).enumerate() {
+        let s = (add.off + i as isize * add.rs) as usize;
+        row.copy_from_slice(&add.data[s..s + n]);
     }
 }
 
-impl GemmFloat for f64 {
-    fn packed(g: &Gemm, a: &[f64], b: &[f64], c: &mut [f64], alpha: f64, beta: f64) {
-        if g.blocked(8, (alpha, beta)) {
-            g.check(a.len(), b.len(), c.len());
-            let sc = small_gemm::Scale { alpha, beta };
-            return small_gemm::dgemm_large(g, a, b, c, sc);
+macro_rules! gemm_float {
+    ($t:ty, $size:literal, $small:path, $large:path, $mm:ident, $variant:ident, $coef:expr) => {
+        impl GemmFloat for $t {
+            fn packed(g: &Gemm, a: &[$t], b: &[$t], c: &mut [$t], sc: Scale<'_, $t>) {
+                if g.blocked($size, (f64::from(sc.alpha), f64::from(sc.beta))) {
+                    g.check(a.len(), b.len(), c.len());
+                    return $large(g, a, b, c, sc);
+                }
+                if let Some(add) = sc.add.filter(|_| sc.beta != 0.0) {
+                    fill_from(c, g.n, add);
+                }
+                g.$mm(a, b, c, sc.alpha, sc.beta)
+            }
+            fn small(g: &Gemm, a: &[$t], b: &[$t], c: &mut [$t], sc: Scale<'_, $t>) {
+                g.check(a.len(), b.len(), c.len());
+                $small(g, a, b, c, sc)
+            }
+            fn typed(c: &mut [$t]) -> TSliceMut<'_> {
+                TSliceMut::$variant(c)
+            }
+            fn slice(d: TSlice<'_>) -> Option<&[$t]> {
+                match d {
+                    TSlice::$variant(x) => Some(x),
+                    _ => None,
+                }
+            }
+            fn coef(x: f64) -> $t {
+                let f: fn(f64) -> $t = $coef;
+                f(x)
+            }
         }
-        g.packed_dgemm_into(a, b, c, alpha, beta)
-    }
-    fn small(g: &Gemm, a: &[f64], b: &[f64], c: &mut [f64], alpha: f64, beta: f64) {
-        g.check(a.len(), b.len(), c.len());
-        let sc = small_gemm::Scale { alpha, beta };
-        small_gemm::dgemm(g, a, b, c, sc)
-    }
-    fn typed(c: &mut [f64]) -> TSliceMut<'_> {
-        TSliceMut::F64(c)
-    }
+    };
 }
+
+gemm_float!(
+    f32,
+    4,
+    small_gemm::sgemm,
+    small_gemm::sgemm_large,
+    packed_sgemm_into,
+    F32,
+    |x| x as f32
+);
+gemm_float!(
+    f64,
+    8,
+    small_gemm::dgemm,
+    small_gemm::dgemm_large,
+    packed_dgemm_into,
+    F64,
+    |x| x
+);
 
 /// Products with at most this many rows take [`small_gemm`] (up to [`SMALL_ROWS_MAX_MACS`]).
 const SMALL_ROWS: usize = 16;
@@ -728,15 +791,27 @@ impl Gemm {
     ) -> Result<()> {
         let small = self.small(std::mem::size_of::<T>()) && self.k > 0;
         let (alpha, beta) = coefs.map_or((1.0, 0.0), |f| (f.alpha, f.beta));
+        let addend = around
+            .addend
+            .and_then(|r| T::slice(r.data).map(|data| (data, r)));
         let block = |g: &Gemm, row: usize, c: &mut [T]| -> Result<()> {
             let start = base + row * self.n;
             if let Some(before) = around.before {
                 before(start, T::typed(c));
             }
+            let sc = Scale {
+                alpha: T::coef(alpha),
+                beta: T::coef(beta),
+                add: addend.map(|(data, r)| small_gemm::Addend {
+                    data,
+                    off: r.off + (start / self.n) as isize * r.rs,
+                    rs: r.rs,
+                }),
+            };
             if small {
-                T::small(g, a, b, c, alpha, beta)
+                T::small(g, a, b, c, sc)
             } else {
-                T::packed(g, a, b, c, alpha, beta)
+                T::packed(g, a, b, c, sc)
             }
             match around.after {
                 Some(after) => after(start, T::typed(c)),
