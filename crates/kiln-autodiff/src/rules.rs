@@ -68,11 +68,14 @@ pub fn vjp(node: &NodeRef, ins: &[NodeRef], pos: usize, g: &NodeRef) -> Result<O
             Some(build::permute(g, &inv)?)
         }
         Op::BroadcastTo => {
-            let axes: Vec<isize> = (0..x.shape().rank())
-                .filter(|&k| x.shape().0[k] == 1 && node.shape().0[k] != 1)
+            // Summed over the leading axes the input lacks and the size-1 axes it repeats.
+            let lead = node.shape().rank() - x.shape().rank();
+            let axes: Vec<isize> = (0..node.shape().rank())
+                .filter(|&k| k < lead || (x.shape().0[k - lead] == 1 && node.shape().0[k] != 1))
                 .map(|k| k as isize)
                 .collect();
-            Some(build::reduce(ReduceOp::Sum, g, Some(&axes), true)?)
+            let summed = build::reduce(ReduceOp::Sum, g, Some(&axes), true)?;
+            Some(build::reshape(&summed, &dims_isize(x.shape()))?)
         }
         Op::Slice { start, step } => Some(slice_back(x, node, start, step, g)?),
         Op::Concat { axis } => {

@@ -223,11 +223,12 @@ pub fn broadcast_to(a: &NodeRef, target: &Shape) -> Result<NodeRef> {
     }
     let mut padded = Shape(smallvec![1; target.rank() - a.rank_of()]);
     padded.0.extend_from_slice(a.shape().dims());
-    let a = reshape_to(a, padded);
-    if a.shape() == target {
-        return Ok(a);
+    if &padded == target {
+        return Ok(reshape_to(a, padded));
     }
-    Ok(mk(Op::BroadcastTo, a.dtype(), target.clone(), &[&a]))
+    // One node, the missing leading axes included (no `Reshape` before it): a bias or a
+    // scalar broadcast in a loop costs one node to build, trace and drop, not two.
+    Ok(mk(Op::BroadcastTo, a.dtype(), target.clone(), &[a]))
 }
 
 trait RankOf {

@@ -11,10 +11,11 @@ use crate::error::{Error, Result};
 use crate::node::NodeRef;
 use crate::op::Op;
 use crate::shape::Shape;
-use crate::trace::{trace, Bindings, Key, SymShape, Trace};
+use crate::trace::{trace, Bindings, Dim, Key, SymShape, Trace};
 use petgraph::graph::{DiGraph, NodeIndex};
 use petgraph::visit::EdgeRef;
 use petgraph::Direction;
+use smallvec::SmallVec;
 use std::fmt::Write as _;
 
 /// A node of a [`LazyExpr`].
@@ -93,10 +94,47 @@ impl LazyExpr {
     /// let e = LazyExpr::from_trace(trace(&[&y], true));
     /// assert_eq!(e.graph.node_count(), 2);
     /// ```
+    ///
+    /// A `BroadcastTo` that adds leading axes becomes a `Reshape` to the padded shape and a
+    /// `BroadcastTo` of equal rank: the passes and backends see broadcasts of equal rank only.
+    ///
+    /// ```
+    /// use kiln_ir::{build, trace, HostData, LazyExpr, Op, Shape};
+    /// let b = build::data(HostData::from(vec![1.0f32; 3]), Shape::from([3])).unwrap();
+    /// let y = build::broadcast_to(&b, &Shape::from([2, 3])).unwrap();
+    /// assert_eq!(y.inputs()[0].shape().dims(), &[3]); // one front-end node
+    /// let e = LazyExpr::from_trace(trace(&[&y], true));
+    /// let ops: Vec<(Op, Vec<usize>)> =
+    ///     e.graph.node_weights().map(|n| (n.op.clone(), n.shape.dims().to_vec())).collect();
+    /// assert_eq!(ops[1..], [(Op::Reshape, vec![1, 3]), (Op::BroadcastTo, vec![2, 3])]);
+    /// ```
     pub fn from_trace(t: Trace) -> LazyExpr {
         let mut graph: DiGraph<ExprNode, u32> =
             DiGraph::with_capacity(t.nodes.len(), t.nodes.len());
+        // Trace position → graph node (positions shift where a reshape is inserted).
+        let mut at: Vec<NodeIndex> = Vec::with_capacity(t.nodes.len());
         for n in t.nodes {
+            let mut inputs: SmallVec<[NodeIndex; 2]> =
+                n.inputs.iter().map(|&i| at[i as usize]).collect();
+            if n.op == Op::BroadcastTo {
+                let x = &graph[inputs[0]];
+                let lead = n.shape.rank().saturating_sub(x.shape.rank());
+                if lead > 0 {
+                    let mut shape = Shape(smallvec::smallvec![1; lead]);
+                    shape.0.extend_from_slice(x.shape.dims());
+                    let mut sym: SymShape = smallvec::smallvec![Dim::Const(1); lead];
+                    sym.extend_from_slice(&x.sym);
+                    let padded = graph.add_node(ExprNode {
+                        op: Op::Reshape,
+                        dtype: x.dtype,
+                        shape,
+                        sym,
+                        binding: None,
+                    });
+                    graph.add_edge(inputs[0], padded, 0);
+                    inputs[0] = padded;
+                }
+            }
             let idx = graph.add_node(ExprNode {
                 op: n.op,
                 dtype: n.dtype,
@@ -104,15 +142,12 @@ impl LazyExpr {
                 sym: n.sym,
                 binding: n.binding,
             });
-            for (pos, &i) in n.inputs.iter().enumerate() {
-                graph.add_edge(NodeIndex::new(i as usize), idx, pos as u32);
+            for (pos, &i) in inputs.iter().enumerate() {
+                graph.add_edge(i, idx, pos as u32);
             }
+            at.push(idx);
         }
-        let outputs = t
-            .outputs
-            .iter()
-            .map(|&o| NodeIndex::new(o as usize))
-            .collect();
+        let outputs = t.outputs.iter().map(|&o| at[o as usize]).collect();
         let expr = LazyExpr {
             graph,
             params: t.bindings.params.clone(),

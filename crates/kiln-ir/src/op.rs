@@ -352,7 +352,10 @@ pub enum Op {
     Reshape,
     /// Axis permutation: output axis `i` is input axis `perm[i]`.
     Permute(Axes),
-    /// Repeat size-1 dimensions up to the node's shape; input rank equals output rank.
+    /// numpy broadcasting to the node's shape: the input's axes align with the last ones of
+    /// the output, each of size 1 or the output's; the missing leading axes and the size-1
+    /// ones repeat. (One node for `bias[n] → [m, n]`: `LazyExpr::from_trace` lowers a
+    /// rank change to a `Reshape` first, so the compiler sees equal ranks.)
     BroadcastTo,
     /// Strided window: output index `j` on axis `a` reads input index `start[a] + j*step[a]`.
     Slice {
@@ -558,7 +561,6 @@ impl Op {
             Op::BroadcastTo => {
                 arity(1)?;
                 let s = inputs[0].1;
-                same("broadcast_to changes rank", s.rank() == shape.rank())?;
                 same("broadcast_to target", s.broadcasts_to(shape))
             }
             Op::Slice { start, step } => {

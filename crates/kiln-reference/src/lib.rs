@@ -164,10 +164,12 @@ fn eval_op(
             }
         }),
         Op::BroadcastTo => {
+            // The input's axes are the output's last ones.
             let src = ins[0].shape.clone();
+            let lead = shape.rank() - src.rank();
             gather_by(ins[0], shape, |o, i| {
-                for a in 0..o.len() {
-                    i[a] = if src.0[a] == 1 { 0 } else { o[a] };
+                for a in 0..src.rank() {
+                    i[a] = if src.0[a] == 1 { 0 } else { o[lead + a] };
                 }
             })
         }
