@@ -13,6 +13,7 @@ use crate::node::{Node, NodeRef};
 use crate::op::{ArgReduceOp, Axes, BinaryOp, Distribution, Op, ReduceOp, UnaryOp};
 use crate::shape::Shape;
 use smallvec::{smallvec, SmallVec};
+use std::borrow::Cow;
 
 /// One entry of a slicing specification (see `kiln::s!`).
 ///
@@ -240,6 +241,15 @@ impl RankOf for NodeRef {
     }
 }
 
+/// `a` cast to `dtype` and broadcast to `shape`, borrowed when it already is both (no handle
+/// cloned and dropped: two atomic operations each, a tenth of building a node).
+fn conform<'a>(a: &'a NodeRef, dtype: DType, shape: &Shape) -> Result<Cow<'a, NodeRef>> {
+    if a.dtype() == dtype && a.shape() == shape {
+        return Ok(Cow::Borrowed(a));
+    }
+    Ok(Cow::Owned(broadcast_to(&cast(a, dtype), shape)?))
+}
+
 fn reshape_to(a: &NodeRef, shape: Shape) -> NodeRef {
     if a.shape() == &shape {
         return a.clone();
@@ -299,8 +309,8 @@ fn binary_in(op: BinaryOp, a: &NodeRef, b: &NodeRef, dt: DType) -> Result<NodeRe
     } else {
         (compute, compute)
     };
-    let a = broadcast_to(&cast(a, ca), &shape)?;
-    let b = broadcast_to(&cast(b, cb), &shape)?;
+    let a = conform(a, ca, &shape)?;
+    let b = conform(b, cb, &shape)?;
     let out = if op.is_predicate() {
         DType::Bool
     } else {
@@ -361,9 +371,9 @@ pub fn where_(cond: &NodeRef, a: &NodeRef, b: &NodeRef) -> Result<NodeRef> {
     let ab = Shape::broadcast("where", a.shape(), b.shape())?;
     let shape = Shape::broadcast("where", cond.shape(), &ab)?;
     let dt = DType::promote(a.dtype(), b.dtype());
-    let c = broadcast_to(&cast(cond, DType::Bool), &shape)?;
-    let a = broadcast_to(&cast(a, dt), &shape)?;
-    let b = broadcast_to(&cast(b, dt), &shape)?;
+    let c = conform(cond, DType::Bool, &shape)?;
+    let a = conform(a, dt, &shape)?;
+    let b = conform(b, dt, &shape)?;
     Ok(mk(Op::Where, dt, shape, &[&c, &a, &b]))
 }
 
@@ -787,15 +797,15 @@ pub fn matmul(a: &NodeRef, b: &NodeRef) -> Result<NodeRef> {
         let r = matmul(&cast(a, DType::I64), &cast(b, DType::I64))?;
         return Ok(cast(&r, DType::Bool));
     }
-    let a2 = if sa.rank() == 1 {
-        reshape_to(a, Shape::from([1, sa.0[0]]))
+    let a2: Cow<'_, NodeRef> = if sa.rank() == 1 {
+        Cow::Owned(reshape_to(a, Shape::from([1, sa.0[0]])))
     } else {
-        a.clone()
+        Cow::Borrowed(a)
     };
-    let b2 = if sb.rank() == 1 {
-        reshape_to(b, Shape::from([sb.0[0], 1]))
+    let b2: Cow<'_, NodeRef> = if sb.rank() == 1 {
+        Cow::Owned(reshape_to(b, Shape::from([sb.0[0], 1])))
     } else {
-        b.clone()
+        Cow::Borrowed(b)
     };
     let (ra, rb) = (a2.shape().rank(), b2.shape().rank());
     let (m, k) = (a2.shape().0[ra - 2], a2.shape().0[ra - 1]);
@@ -818,8 +828,8 @@ pub fn matmul(a: &NodeRef, b: &NodeRef) -> Result<NodeRef> {
         s.0.extend_from_slice(&tail);
         s
     };
-    let a3 = broadcast_to(&cast(&a2, dt), &with([m, k]))?;
-    let b3 = broadcast_to(&cast(&b2, dt), &with([k, n]))?;
+    let a3 = conform(&a2, dt, &with([m, k]))?;
+    let b3 = conform(&b2, dt, &with([k, n]))?;
     let r = mk(Op::MatMul, dt, with([m, n]), &[&a3, &b3]);
     let mut out = batch.clone();
     if sa.rank() > 1 {
