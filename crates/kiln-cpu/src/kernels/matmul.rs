@@ -72,10 +72,11 @@ pub fn run(
     check_outputs(outputs, 1, numel)?;
     // The product is written before the epilogue reads anything, so operands aliased with
     // the output are copied first; epilogue inputs are read block by block as elementwise.
+    let (ins, views) = (source::ins(inputs), source::views(outputs));
     let snaps = source::snapshots(
         launch,
-        &source::ins(inputs),
-        &source::views(outputs),
+        &ins,
+        &views,
         |i| {
             if i < 2 {
                 AliasPolicy::Snapshot
@@ -85,14 +86,8 @@ pub fn run(
         },
         None,
     );
-    let srcs = source::build(
-        kernel,
-        launch,
-        &source::ins(inputs),
-        &snaps,
-        &source::views(outputs),
-        None,
-    )?;
+    let srcs = source::build(kernel, launch, &ins, &snaps, &views, None)?;
+    drop(views);
     let dt = srcs[0].dtype;
     if srcs[1].dtype != dt {
         return Err(internal(format!("matmul of {} and {}", dt, srcs[1].dtype)));
@@ -154,13 +149,17 @@ pub fn run(
                     src.read_own(start, c.range(0, len), &[]);
                 }
             };
-            // The epilogue reads the product as `Acc` from output 0, in place.
-            let mut esrcs: Vec<Src<'_>> = srcs.to_vec();
-            esrcs.push(Src {
-                kind: SrcKind::Alias(0),
-                dtype: dt,
-                walk: Walk::contiguous(numel, 0),
-            });
+            // The epilogue reads the product as `Acc` from output 0, in place (sources
+            // listed only when something of the epilogue runs after the product).
+            let mut esrcs: Vec<Src<'_>> = Vec::new();
+            if rest.is_some() {
+                esrcs.extend_from_slice(&srcs);
+                esrcs.push(Src {
+                    kind: SrcKind::Alias(0),
+                    dtype: dt,
+                    walk: Walk::contiguous(numel, 0),
+                });
+            }
             let acc = Some(srcs.len());
             if let Some(rest) = &rest {
                 // Fails here (not inside a task) if the program cannot run.

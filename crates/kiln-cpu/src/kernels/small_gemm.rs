@@ -818,8 +818,15 @@ fn store<T: Real, const W: usize>(
             }
         } else if let Some(add) = sc.add {
             let prior = add.row(i0 + r, j0, w);
-            for ((o, &x), &l) in out.iter_mut().zip(row).zip(prior) {
-                *o = sc.alpha * x + sc.beta * l;
+            if sc.alpha == T::ONE && sc.beta == T::ONE {
+                // `x @ w + b`: no multiplications by one (the same roundings).
+                for ((o, &x), &l) in out.iter_mut().zip(row).zip(prior) {
+                    *o = x + l;
+                }
+            } else {
+                for ((o, &x), &l) in out.iter_mut().zip(row).zip(prior) {
+                    *o = sc.alpha * x + sc.beta * l;
+                }
             }
         } else {
             for (o, &x) in out.iter_mut().zip(row) {
