@@ -627,8 +627,7 @@ macro_rules! gemm_float {
     ($t:ty, $size:literal, $small:path, $large:path, $mm:ident, $variant:ident, $coef:expr) => {
         impl GemmFloat for $t {
             fn packed(g: &Gemm, a: &[$t], b: &[$t], c: &mut [$t], sc: Scale<'_, $t>) {
-                let coefs = (f64::from(sc.alpha), f64::from(sc.beta));
-                if g.blocked($size, coefs, sc.add.is_some()) {
+                if g.blocked($size, (f64::from(sc.alpha), f64::from(sc.beta))) {
                     g.check(a.len(), b.len(), c.len());
                     return $large(g, a, b, c, sc);
                 }
@@ -767,21 +766,19 @@ impl Gemm {
     /// Whether a product that is not [`Self::small`] takes [`small_gemm`]'s blocked form
     /// (packed 12×32 register blocks) rather than `matrixmultiply`: at the AVX-512 level, with
     /// at least [`BLOCKED_MIN_COLUMNS`] columns and [`BLOCKED_MIN_STEPS`] steps, and, for a
-    /// scaled product (`coefs` other than `(1, 0)`: an epilogue run inside the GEMM), no
-    /// scratch of partial sums ([`small_gemm::scaled_without_scratch`]: few enough steps for
-    /// one block, or an `addend` read in place). Measured on
+    /// scaled product (`coefs` other than `(1, 0)`: an epilogue run inside the GEMM), few
+    /// enough steps for one block ([`small_gemm::scaled_in_one_block`]). Measured on
     /// this machine, 2 threads, f32 (`benches/src/bin/mm.rs`-style timings, GFLOP/s blocked
     /// vs `matrixmultiply`): 2048³ 246–260 vs 239–242, 1024³ 248–251 vs 242–245,
     /// 256×784×512 236–241 vs 192–207, `(784×256)ᵀ @ 256×512` 276–278 vs 209,
     /// 4096×64×4096 162–244 vs 134–136; f64 1024³ 113–118 vs 81–89. Below those bounds
     /// `matrixmultiply` was faster: 1024×16×1024 183 vs 220, 1024×1024×40 116 vs 172
     /// (a 32-column register block fills 40 columns badly), 64×4096×64 121 vs 180.
-    fn blocked(&self, elem: usize, coefs: (f64, f64), addend: bool) -> bool {
+    fn blocked(&self, elem: usize, coefs: (f64, f64)) -> bool {
         crate::simd::isa() >= crate::simd::Isa::Avx512
             && self.n >= BLOCKED_MIN_COLUMNS
             && self.k >= BLOCKED_MIN_STEPS
-            && (coefs == (1.0, 0.0)
-                || small_gemm::scaled_without_scratch(self.k, elem, coefs.1, addend))
+            && (coefs == (1.0, 0.0) || small_gemm::scaled_in_one_block(self.k, elem))
     }
 
     /// The float product into `c` (position `base` of the output onwards), with `around`'s

@@ -1146,15 +1146,13 @@ fn gemm_transposed<T: Real, K: Micro<T>, const MR: usize, const NR: usize, const
 /// read once per register block: it stays in L1).
 const A_PANEL_BYTES: usize = 20 << 10;
 
-/// Whether a scaled product (`c = α·a@b + β·L`, not `α = 1, β = 0`) takes the blocked form
-/// at AVX-512 without its scratch of partial sums: `k` steps of `elem`-byte elements in one
-/// block of steps (12-row panels), or partial sums kept in `c` itself, which they may
-/// overwrite when `L` is not `c` (`addend`: read in place by the last block's stores, or no
-/// `L`). With that scratch the blocked form was no faster than `matrixmultiply`
-/// (`relu(x @ w + b)` at 1024², `x @ w + b` at 256×784×512 with `b` prefilled into `c`:
-/// within the noise, 3–9 % slower in most runs).
-pub(super) fn scaled_without_scratch(k: usize, elem: usize, beta: f64, addend: bool) -> bool {
-    k <= A_PANEL_BYTES / (12 * elem) || beta == 0.0 || addend
+/// Whether a scaled product (`c = α·a@b + β·c` other than `α = 1, β = 0`) with `k` steps
+/// of `elem`-byte elements takes the blocked form in one block of steps at AVX-512 (12-row
+/// panels), so without its scratch of partial sums: with that scratch the blocked form was
+/// no faster than `matrixmultiply` (`relu(x @ w + b)` at 1024², `x @ w + b` at
+/// 256×784×512: within the noise, 3–9 % slower in most runs).
+pub(super) fn scaled_in_one_block(k: usize, elem: usize) -> bool {
+    k <= A_PANEL_BYTES / (12 * elem)
 }
 
 /// The cache blocks of [`gemm_blocked`] (tests shrink them to reach every block edge with
@@ -1229,12 +1227,9 @@ fn blocks<T: Real, K: Micro<T>, const MR: usize, const NR: usize>(
     let (m, k, n) = (g.m, g.k, g.n);
     let unscaled = Scale::plain();
     let plain = sc.alpha == T::ONE && sc.beta == T::default();
-    // Partial sums go to `c` unless `c` holds what the last block adds in (`β·c`): a
-    // separate addend (`sc.add`) leaves `c` free, so no scratch either.
-    let in_c = plain || sc.beta == T::default() || sc.add.is_some();
     for ic in (0..m).step_by(mc) {
         let mn = mc.min(m - ic);
-        if !in_c && kblocks > 1 {
+        if !plain && kblocks > 1 {
             part.clear();
             part.resize(mn * n, T::default());
         }
@@ -1260,7 +1255,7 @@ fn blocks<T: Real, K: Micro<T>, const MR: usize, const NR: usize>(
                         let (at, at_part) = ((i0, j0), (i0 - ic, j0));
                         let w = NR.min(jc + jn - j0);
                         let init = (q > 0).then(|| {
-                            if in_c {
+                            if plain {
                                 tile::<T, MR, NR>(c, n, at, (rows, w))
                             } else {
                                 tile::<T, MR, NR>(part, n, at_part, (rows, w))
@@ -1269,7 +1264,7 @@ fn blocks<T: Real, K: Micro<T>, const MR: usize, const NR: usize>(
                         let acc = K::packed::<MR, NR>(apanel, panel, kq, init.as_ref());
                         if last {
                             store(c, n, at, &acc[..rows], w, sc);
-                        } else if in_c {
+                        } else if plain {
                             store(c, n, at, &acc[..rows], w, unscaled);
                         } else {
                             store(part, n, at_part, &acc[..rows], w, unscaled);
