@@ -33,6 +33,19 @@ fn dims_isize(s: &Shape) -> Vec<isize> {
     s.dims().iter().map(|&d| d as isize).collect()
 }
 
+/// `g` (of a shape `to` broadcasts to) summed over the leading axes `to` lacks and the
+/// size-1 axes it repeats: the cotangent of a broadcast.
+fn sum_to(g: &NodeRef, to: &Shape) -> Result<NodeRef> {
+    let from = g.shape();
+    let lead = from.rank() - to.rank();
+    let axes: Vec<isize> = (0..from.rank())
+        .filter(|&k| k < lead || (to.0[k - lead] == 1 && from.0[k] != 1))
+        .map(|k| k as isize)
+        .collect();
+    let summed = build::reduce(ReduceOp::Sum, g, Some(&axes), true)?;
+    build::reshape(&summed, &dims_isize(to))
+}
+
 /// Swaps the last two axes.
 fn swap_last(x: &NodeRef) -> Result<NodeRef> {
     let r = x.shape().rank() as isize;
@@ -46,7 +59,11 @@ pub fn vjp(node: &NodeRef, ins: &[NodeRef], pos: usize, g: &NodeRef) -> Result<O
     let x = &ins[pos];
     Ok(match node.op() {
         Op::Unary(u) => unary(*u, &ins[0], node, g)?,
-        Op::Binary(b) => binary(*b, &ins[0], &ins[1], node, pos, g)?,
+        // The cotangent has the result's shape; a broadcast operand gets its sum.
+        Op::Binary(b) => match binary(*b, &ins[0], &ins[1], node, pos, g)? {
+            Some(d) if d.shape() != x.shape() => Some(sum_to(&d, x.shape())?),
+            d => d,
+        },
         Op::Where => match pos {
             0 => None,
             1 => Some(masked(&ins[0], g)?),
@@ -67,16 +84,7 @@ pub fn vjp(node: &NodeRef, ins: &[NodeRef], pos: usize, g: &NodeRef) -> Result<O
             }
             Some(build::permute(g, &inv)?)
         }
-        Op::BroadcastTo => {
-            // Summed over the leading axes the input lacks and the size-1 axes it repeats.
-            let lead = node.shape().rank() - x.shape().rank();
-            let axes: Vec<isize> = (0..node.shape().rank())
-                .filter(|&k| k < lead || (x.shape().0[k - lead] == 1 && node.shape().0[k] != 1))
-                .map(|k| k as isize)
-                .collect();
-            let summed = build::reduce(ReduceOp::Sum, g, Some(&axes), true)?;
-            Some(build::reshape(&summed, &dims_isize(x.shape()))?)
-        }
+        Op::BroadcastTo => Some(sum_to(g, x.shape())?),
         Op::Slice { start, step } => Some(slice_back(x, node, start, step, g)?),
         Op::Concat { axis } => {
             let offset: usize = ins[..pos].iter().map(|p| p.shape().0[*axis]).sum();

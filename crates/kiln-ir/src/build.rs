@@ -241,6 +241,15 @@ impl RankOf for NodeRef {
     }
 }
 
+/// `a` cast to `dtype`, borrowed when it already is.
+fn cast_ref(a: &NodeRef, dtype: DType) -> Cow<'_, NodeRef> {
+    if a.dtype() == dtype {
+        Cow::Borrowed(a)
+    } else {
+        Cow::Owned(cast(a, dtype))
+    }
+}
+
 /// `a` cast to `dtype` and broadcast to `shape`, borrowed when it already is both (no handle
 /// cloned and dropped: two atomic operations each, a tenth of building a node).
 fn conform<'a>(a: &'a NodeRef, dtype: DType, shape: &Shape) -> Result<Cow<'a, NodeRef>> {
@@ -309,8 +318,10 @@ fn binary_in(op: BinaryOp, a: &NodeRef, b: &NodeRef, dt: DType) -> Result<NodeRe
     } else {
         (compute, compute)
     };
-    let a = conform(a, ca, &shape)?;
-    let b = conform(b, cb, &shape)?;
+    // Operands keep their shapes: the node broadcasts them (one node, not a broadcast
+    // node per operand; `LazyExpr::from_trace` makes it explicit for the compiler).
+    let a = cast_ref(a, ca);
+    let b = cast_ref(b, cb);
     let out = if op.is_predicate() {
         DType::Bool
     } else {

@@ -95,8 +95,11 @@ impl LazyExpr {
     /// assert_eq!(e.graph.node_count(), 2);
     /// ```
     ///
-    /// A `BroadcastTo` that adds leading axes becomes a `Reshape` to the padded shape and a
-    /// `BroadcastTo` of equal rank: the passes and backends see broadcasts of equal rank only.
+    /// Front-end broadcasting is made explicit: a `BroadcastTo` that adds leading axes
+    /// becomes a `Reshape` to the padded shape and a `BroadcastTo` of equal rank, and a
+    /// binary operand of another shape than the result gets those nodes before it: the
+    /// passes and backends see operands of the result's shape and broadcasts of equal rank
+    /// only.
     ///
     /// ```
     /// use kiln_ir::{build, trace, HostData, LazyExpr, Op, Shape};
@@ -107,6 +110,15 @@ impl LazyExpr {
     /// let ops: Vec<(Op, Vec<usize>)> =
     ///     e.graph.node_weights().map(|n| (n.op.clone(), n.shape.dims().to_vec())).collect();
     /// assert_eq!(ops[1..], [(Op::Reshape, vec![1, 3]), (Op::BroadcastTo, vec![2, 3])]);
+    ///
+    /// // A binary op broadcasts its operands itself in the front end: explicit after lowering.
+    /// let a = build::data(HostData::from(vec![1.0f32; 6]), Shape::from([2, 3])).unwrap();
+    /// let s = build::binary(kiln_ir::BinaryOp::Add, &a, &b).unwrap();
+    /// assert_eq!(s.inputs()[1].shape().dims(), &[3]);
+    /// let e = LazyExpr::from_trace(trace(&[&s], true));
+    /// assert!(e.verify().is_ok());
+    /// let ops: Vec<Op> = e.graph.node_weights().map(|n| n.op.clone()).collect();
+    /// assert_eq!(ops.iter().filter(|o| **o == Op::BroadcastTo).count(), 1);
     /// ```
     pub fn from_trace(t: Trace) -> LazyExpr {
         let mut graph: DiGraph<ExprNode, u32> =
@@ -116,24 +128,28 @@ impl LazyExpr {
         for n in t.nodes {
             let mut inputs: SmallVec<[NodeIndex; 2]> =
                 n.inputs.iter().map(|&i| at[i as usize]).collect();
-            if n.op == Op::BroadcastTo {
-                let x = &graph[inputs[0]];
-                let lead = n.shape.rank().saturating_sub(x.shape.rank());
-                if lead > 0 {
-                    let mut shape = Shape(smallvec::smallvec![1; lead]);
-                    shape.0.extend_from_slice(x.shape.dims());
-                    let mut sym: SymShape = smallvec::smallvec![Dim::Const(1); lead];
-                    sym.extend_from_slice(&x.sym);
-                    let padded = graph.add_node(ExprNode {
-                        op: Op::Reshape,
-                        dtype: x.dtype,
-                        shape,
-                        sym,
-                        binding: None,
-                    });
-                    graph.add_edge(inputs[0], padded, 0);
-                    inputs[0] = padded;
+            match n.op {
+                // The operand padded to the rank (the node itself broadcasts it).
+                Op::BroadcastTo => inputs[0] = pad_rank(&mut graph, inputs[0], n.shape.rank()),
+                // Each operand padded and broadcast to the result's shape.
+                Op::Binary(_) => {
+                    for i in inputs.iter_mut() {
+                        if graph[*i].shape != n.shape {
+                            let padded = pad_rank(&mut graph, *i, n.shape.rank());
+                            let x = &graph[padded];
+                            let b = graph.add_node(ExprNode {
+                                op: Op::BroadcastTo,
+                                dtype: x.dtype,
+                                shape: n.shape.clone(),
+                                sym: n.sym.clone(),
+                                binding: None,
+                            });
+                            graph.add_edge(padded, b, 0);
+                            *i = b;
+                        }
+                    }
                 }
+                _ => {}
             }
             let idx = graph.add_node(ExprNode {
                 op: n.op,
@@ -225,6 +241,15 @@ impl LazyExpr {
             node.op
                 .check(&types, node.dtype, &node.shape)
                 .map_err(fail)?;
+            // Broadcasting is explicit below the front end (see `from_trace`).
+            let explicit = match node.op {
+                Op::Binary(_) => types.iter().all(|(_, s)| *s == &node.shape),
+                Op::BroadcastTo => types[0].1.rank() == node.shape.rank(),
+                _ => true,
+            };
+            if !explicit {
+                return Err(fail("an implicit broadcast in a lowered graph".into()));
+            }
             if let Op::Param(p) = node.op {
                 let d = self
                     .params
@@ -297,6 +322,28 @@ impl LazyExpr {
         s.push_str("}\n");
         s
     }
+}
+
+/// Node `x` with size-1 axes prepended up to `rank` (a new `Reshape` node), or `x` itself.
+fn pad_rank(graph: &mut DiGraph<ExprNode, u32>, x: NodeIndex, rank: usize) -> NodeIndex {
+    let node = &graph[x];
+    let lead = rank.saturating_sub(node.shape.rank());
+    if lead == 0 {
+        return x;
+    }
+    let mut shape = Shape(smallvec::smallvec![1; lead]);
+    shape.0.extend_from_slice(node.shape.dims());
+    let mut sym: SymShape = smallvec::smallvec![Dim::Const(1); lead];
+    sym.extend_from_slice(&node.sym);
+    let padded = graph.add_node(ExprNode {
+        op: Op::Reshape,
+        dtype: node.dtype,
+        shape,
+        sym,
+        binding: None,
+    });
+    graph.add_edge(x, padded, 0);
+    padded
 }
 
 #[cfg(test)]

@@ -341,7 +341,9 @@ pub enum Op {
     },
     /// Elementwise unary function.
     Unary(UnaryOp),
-    /// Elementwise binary function of two operands of equal dtype and shape.
+    /// Elementwise binary function of two operands of equal dtype whose shapes broadcast
+    /// (numpy's rule) to the node's. In a lowered graph (`LazyExpr::from_trace`) both
+    /// operands have the node's shape: the broadcast is an explicit `BroadcastTo` there.
     Binary(BinaryOp),
     /// `where(cond, a, b)`: `cond` is bool; all three have the node's shape.
     Where,
@@ -506,8 +508,10 @@ impl Op {
                 let ((da, sa), (db, sb)) = (inputs[0], inputs[1]);
                 same("binary operands differ in dtype", da == db)?;
                 same(
-                    "binary operand shapes differ from the result",
-                    sa == shape && sb == shape,
+                    "binary operands do not broadcast to the result",
+                    sa.broadcasts_to(shape)
+                        && sb.broadcasts_to(shape)
+                        && Shape::broadcast("check", sa, sb).is_ok_and(|s| &s == shape),
                 )?;
                 let want = if b.is_predicate() { DType::Bool } else { da };
                 same("binary result dtype", dtype == want)?;
