@@ -714,5 +714,35 @@ fn products_split_over_threads_equal_the_reference() {
                 check_abs(pb, &[&want], rtol, rtol);
             }
         }
+        // Products of the small GEMM's forms split too when their stores make them long
+        // enough: few steps (the broadcast form), few columns with rows read in place (dot
+        // products), few columns with a transposed left operand (the transposed form),
+        // with a bias row read in place and the rest of every epilogue form.
+        for (m, k, n, transposed) in [
+            (130, 10, 520, false),
+            (260, 520, 10, false),
+            (520, 260, 10, true),
+        ] {
+            let a = if transposed {
+                Op {
+                    data: f32s(k * m, 70),
+                    base: vec![k, m],
+                    ops: vec![VOp::Permute(vec![1, 0])],
+                }
+            } else {
+                Op::plain(f32s(m * k, 70), &[m, k])
+            };
+            let b = Op::plain(f32s(k * n, 71), &[k, n]);
+            let l = Op {
+                data: f32s(n, 72),
+                base: vec![n],
+                ops: vec![VOp::Reshape(vec![1, n]), VOp::Broadcast(vec![m, n])],
+            };
+            for form in Form::ALL {
+                let (pb, want) = form_plan(form, DType::F32, (&a, &b, &l), -0.25, &[m, n]);
+                eprintln!("{form:?} small {m}x{k}x{n} transposed {transposed}");
+                check_abs(pb, &[&want], 1e-4, 1e-4);
+            }
+        }
     });
 }

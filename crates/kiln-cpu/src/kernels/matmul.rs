@@ -703,6 +703,12 @@ const PAR_GEMM_MACS: usize = 1 << 21;
 const BLOCKED_MIN_COLUMNS: usize = 128;
 /// Steps (`k`) of the products [`Gemm::blocked`] admits at least.
 const BLOCKED_MIN_STEPS: usize = 64;
+/// [`small_gemm`] products split their rows over the team from this much work
+/// ([`Gemm::parallel`]): ~20 µs on one core. `relu`-masked `g @ w2ᵀ` at 256×10×512 (the
+/// MLP step's hidden-layer gradient) took 99 µs on one core.
+const PAR_SMALL_WORK: usize = 1 << 20;
+/// What one stored element costs in [`Gemm::parallel`]'s model, in multiply-adds.
+const STORE_MACS: usize = 16;
 /// Rows per parallel block at least.
 const PAR_GEMM_ROWS: usize = 32;
 
@@ -822,26 +828,35 @@ impl Gemm {
                 None => Ok(()),
             }
         };
+        self.split_rows(c, self.parallel(small), block)
+    }
+
+    /// Whether the product is worth splitting over the team: from [`PAR_GEMM_MACS`]
+    /// multiply-adds, or for [`small_gemm`]'s forms from [`PAR_SMALL_WORK`] of their cost
+    /// model, which counts each stored element as [`STORE_MACS`] multiply-adds (their short
+    /// products are bound by the stores and the dot products' lane sums, not the FMAs).
+    fn parallel(&self, small: bool) -> bool {
+        let (m, k, n) = (self.m, self.k, self.n);
         if small {
-            block(self, 0, c)
+            m.saturating_mul(n).saturating_mul(k + STORE_MACS) >= PAR_SMALL_WORK
         } else {
-            self.split_rows(c, block)
+            m.saturating_mul(k).saturating_mul(n) >= PAR_GEMM_MACS
         }
     }
 
     /// Runs `f` on blocks of rows of the product (a sub-`Gemm`, its first row and its rows
-    /// of `c`) across the thread team when the product is worth splitting
-    /// ([`PAR_GEMM_MACS`]), else on the whole; returns the first block's error. Each block
-    /// is an independent `matrixmultiply` call (built without its own threads), so one team
-    /// serves GEMMs and every other kernel, and nested parallel work (a decoder's
-    /// sentences) composes instead of oversubscribing the cores.
+    /// of `c`) across the thread team when `parallel` (see [`Self::parallel`]) and there are
+    /// rows enough, else on the whole; returns the first block's error. Each block is an
+    /// independent single-thread product (`matrixmultiply` is built without its own
+    /// threads), so one team serves GEMMs and every other kernel, and nested parallel work
+    /// (a decoder's sentences) composes instead of oversubscribing the cores.
     fn split_rows<T: Send>(
         &self,
         c: &mut [T],
+        parallel: bool,
         f: impl Fn(&Gemm, usize, &mut [T]) -> Result<()> + Sync,
     ) -> Result<()> {
-        let macs = self.m.saturating_mul(self.k).saturating_mul(self.n);
-        let tasks = if macs < PAR_GEMM_MACS || self.n == 0 {
+        let tasks = if !parallel || self.n == 0 {
             1
         } else {
             crate::Team::current_threads().min(self.m / PAR_GEMM_ROWS)
