@@ -277,6 +277,42 @@ fn cases() -> Vec<Case> {
             rtol: 1e-12,
             atol: 1e-12,
         },
+        // Leading (or middle) axes reduced, the last kept: pieces of the positions fold into
+        // partial accumulators merged in piece order, so 1 and 2 threads agree bit for bit.
+        Case {
+            name: "column_sums_of_squares_f32",
+            build: || reduction(ReduceOp::Sum, f32s(700 * 520, 14), &[700, 520], &[0], true),
+            rtol: 1e-5,
+            atol: 1e-5,
+        },
+        Case {
+            name: "middle_axis_sums",
+            build: || {
+                reduction(
+                    ReduceOp::Sum,
+                    f32s(40 * 300 * 50, 15),
+                    &[40, 300, 50],
+                    &[1],
+                    false,
+                )
+            },
+            rtol: 1e-5,
+            atol: 1e-5,
+        },
+        Case {
+            name: "column_max_with_nan",
+            build: || {
+                reduction(
+                    ReduceOp::Max,
+                    with_nan(600 * 300, 16, 9_001),
+                    &[600, 300],
+                    &[0],
+                    false,
+                )
+            },
+            rtol: 0.0,
+            atol: 0.0,
+        },
         Case {
             name: "row_max_with_nan",
             build: || {

@@ -20,6 +20,12 @@ use crate::walk::{internal, Walk};
 use kiln_compiler::{Arg, InstOp, Kernel, Launch, Program};
 use kiln_ir::{ArgReduceOp, BinaryOp, DType, ReduceOp, Result};
 
+/// Pieces a reduction over leading axes (the last kept) is cut into at most, for the thread
+/// team ([`Engine::go`]).
+const COLUMN_PARTS: usize = 16;
+/// Bytes of partial accumulators such a reduction allocates at most (over all pieces).
+const COLUMN_PARTIAL_BYTES: usize = 4 << 20;
+
 /// Folds values of `T` into an accumulator.
 trait Reducer<T> {
     type A: Copy + Send + Sync;
@@ -537,6 +543,34 @@ impl<'p, N: Fn() -> Result<Interp<'p>> + Sync> Engine<'_, 'p, '_, N> {
                 },
             );
             results.into_iter().collect::<Result<()>>()?;
+        } else if numel >= PAR_MIN && !self.grouped && numel / self.out_numel.max(1) >= 8 {
+            // Leading axes reduced, the last kept (`x.sum(axis=0)`): consecutive pieces of
+            // the positions fold into partial accumulators of every output, merged in piece
+            // order. The pieces depend on the sizes alone, so the association (and the
+            // result) does not depend on the thread count; their number is bounded so the
+            // partials stay small (a column sum of 4096² f32 ran on one thread: 5.5 ms,
+            // against 1.8 ms for the row sums).
+            let by_memory =
+                COLUMN_PARTIAL_BYTES / (self.out_numel.max(1) * std::mem::size_of::<R::A>());
+            let parts = (numel / CHUNK).min(COLUMN_PARTS).min(by_memory).max(1);
+            let len = numel.div_ceil(parts);
+            let pieces = split_side(side, numel, len);
+            let partials: Vec<Result<Vec<R::A>>> = crate::par::map_init(
+                pieces,
+                || (self.fresh)().ok(),
+                |it, c, mut side| {
+                    let it = it.as_mut().ok_or_else(rebuild_failed)?;
+                    let mut part = vec![R::init(); self.out_numel];
+                    let (s, e) = (c * len, ((c + 1) * len).min(numel));
+                    fold::<T, R>(it, srcs, owalk, (s, e), &mut part, 0, &mut side, fast)?;
+                    Ok(part)
+                },
+            );
+            for part in partials {
+                for (a, p) in acc.iter_mut().zip(part?) {
+                    R::merge(a, p);
+                }
+            }
         } else {
             fold::<T, R>(
                 self.interp,
