@@ -67,10 +67,13 @@ pub trait Float:
     /// The maximum (`max`) or minimum of `xs`, NaN-propagating (see
     /// [`crate::vmath::extremum_f32`]).
     fn extremum(xs: &[Self], max: bool) -> Self;
+    /// `acc[i]` ← the maximum (`max`) or minimum of `acc[i]` and `xs[i]`, NaN-propagating
+    /// (see [`crate::vmath`]'s `accumulate_max_f32`).
+    fn accumulate_extremum(acc: &mut [Self], xs: &[Self], max: bool);
 }
 
 macro_rules! float {
-    ($t:ident, $extremum:path) => {
+    ($t:ident, $extremum:path, $acc_max:path, $acc_min:path) => {
         impl Float for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
@@ -145,11 +148,29 @@ macro_rules! float {
             fn extremum(xs: &[Self], max: bool) -> Self {
                 $extremum(xs, max)
             }
+            #[inline(always)]
+            fn accumulate_extremum(acc: &mut [Self], xs: &[Self], max: bool) {
+                if max {
+                    $acc_max(acc, xs)
+                } else {
+                    $acc_min(acc, xs)
+                }
+            }
         }
     };
 }
-float!(f32, crate::vmath::extremum_f32);
-float!(f64, crate::vmath::extremum_f64);
+float!(
+    f32,
+    crate::vmath::extremum_f32,
+    crate::vmath::accumulate_max_f32,
+    crate::vmath::accumulate_min_f32
+);
+float!(
+    f64,
+    crate::vmath::extremum_f64,
+    crate::vmath::accumulate_max_f64,
+    crate::vmath::accumulate_min_f64
+);
 
 /// Integer element types.
 pub trait Int: Elem + Ord {

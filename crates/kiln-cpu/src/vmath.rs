@@ -998,6 +998,31 @@ versions! {
     pub fn accumulate_f32 = accumulate_f32_generic(acc: &mut [f64], xs: &[f32]) -> ()
 }
 
+/// `acc[i]` becomes the maximum (or minimum) of itself and `xs[i]`, NaN-propagating as the
+/// reductions' fold (a NaN `xs[i]` replaces `acc[i]`; a NaN `acc[i]` stays): one row of an
+/// extremum over leading axes (`x.max(axis=0)`) folded into the per-column accumulators, as
+/// a select the compiler vectorises at each ISA level.
+macro_rules! accumulate_extremum {
+    ($generic:ident, $name:ident, $t:ty, $max:literal) => {
+        #[inline(always)]
+        fn $generic<const F: bool>(acc: &mut [$t], xs: &[$t]) {
+            for (a, &x) in acc.iter_mut().zip(xs) {
+                let better = if $max { x > *a } else { x < *a };
+                #[allow(clippy::eq_op)] // `x != x`: NaN
+                let nan = x != x;
+                *a = if better || nan { x } else { *a };
+            }
+        }
+        versions! {
+            pub(crate) fn $name = $generic(acc: &mut [$t], xs: &[$t]) -> ()
+        }
+    };
+}
+accumulate_extremum!(accumulate_max_f32_generic, accumulate_max_f32, f32, true);
+accumulate_extremum!(accumulate_min_f32_generic, accumulate_min_f32, f32, false);
+accumulate_extremum!(accumulate_max_f64_generic, accumulate_max_f64, f64, true);
+accumulate_extremum!(accumulate_min_f64_generic, accumulate_min_f64, f64, false);
+
 /// The sum of `f32` values accumulated in `f64` (32 lanes combined pairwise); the
 /// association depends only on `xs.len()`. Fewer than 32 values fill no lane set: their
 /// sum is the left fold from 0, computed here without the per-call dispatch to the ISA

@@ -314,6 +314,12 @@ fn cases() -> Vec<Case> {
             atol: 0.0,
         },
         Case {
+            name: "column_min_f64",
+            build: || reduction(ReduceOp::Min, f64s(500 * 300, 17), &[500, 300], &[0], false),
+            rtol: 0.0,
+            atol: 0.0,
+        },
+        Case {
             name: "row_max_with_nan",
             build: || {
                 reduction(
