@@ -382,7 +382,7 @@ pub fn trace(roots: &[&NodeRef], with_nodes: bool) -> Trace {
                         // The operands are cloned only when not seen yet (a handle keeps
                         // each alive while it waits on the stack, whatever another thread
                         // evaluates meanwhile).
-                        let ptrs = node.with_inputs(|children| {
+                        let (ptrs, exit) = node.with_inputs(|children| {
                             let ptrs: SmallVec<[*const Node; 2]> =
                                 children.iter().map(Arc::as_ptr).collect();
                             let exit = stack.len();
@@ -393,7 +393,6 @@ pub fn trace(roots: &[&NodeRef], with_nodes: bool) -> Trace {
                             }
                             (ptrs, exit)
                         });
-                        let (ptrs, exit) = ptrs;
                         stack.insert(exit, Frame::Exit(node, ptrs));
                         continue;
                     }

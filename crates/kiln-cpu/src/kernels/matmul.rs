@@ -1,10 +1,12 @@
 //! `KernelKind::MatMul`: batched `[.., m, k] @ [.., k, n]` over strided views (no copies:
 //! `matrixmultiply` takes arbitrary row/column strides, including 0 and negative), then the
 //! optional epilogue run elementwise over the product. Float products with few rows or few
-//! multiply-adds ([`Gemm::small`]) go to [`small_gemm`] instead, which neither packs the
-//! right operand into a fresh buffer nor starts threads. An epilogue affine in the product
+//! multiply-adds ([`Gemm::small`]) go to [`small_gemm`] instead, which never packs the
+//! right operand into a fresh buffer (its rows split over the team only when the product's
+//! stores make it long, [`Gemm::parallel`]). An epilogue affine in the product
 //! (`α·acc ± L`: a bias add, an SGD step, a scaling; [`Affine`]) runs inside the GEMM
-//! instead, as `C = α·A@B + β·C` with `C` prefilled from `L`, for products above that bound;
+//! instead, as `C = α·A@B + β·L`: kiln's GEMM reads `L` in place in its stores where its view
+//! allows ([`AddendRows`]), else (and for `matrixmultiply`) `C` is prefilled from `L`;
 //! what follows the affine part (the `relu` of `relu(x @ w + b)`), or a whole epilogue that is
 //! not affine, then runs over `C` in place, without a separate product buffer.
 //!
