@@ -347,11 +347,9 @@ fn run_kernels<B: Backend>(
 
 /// Releases the buffers whose last reader was kernel `ki`.
 fn release_dead<B: Backend>(backend: &B, plan: &Plan, bufs: &mut [Option<B::Buffer>], ki: usize) {
-    for (b, desc) in plan.buffers.iter().enumerate() {
-        if !desc.output && desc.last_use == ki {
-            if let Some(buf) = bufs[b].take() {
-                backend.release(buf);
-            }
+    for &b in plan.releases.get(ki).into_iter().flatten() {
+        if let Some(buf) = bufs[b as usize].take() {
+            backend.release(buf);
         }
     }
 }

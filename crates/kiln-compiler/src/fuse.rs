@@ -102,6 +102,8 @@ struct Builder<'g> {
     side_of: Vec<Option<u32>>,
     slot_of: Vec<Option<u32>>,
     prelude_of: Vec<Option<u32>>,
+    /// Prelude register → its position in `plan.prelude.results`.
+    result_of: hashbrown::HashMap<u32, u32>,
     n_scalars: u32,
     plan: Plan,
     cluster: Vec<Option<usize>>,
@@ -280,6 +282,7 @@ pub fn fuse_for(g: &Graph, n_scalars: u32, target: Target) -> Fused {
         side_of,
         slot_of: vec![None; n],
         prelude_of: vec![None; n],
+        result_of: hashbrown::HashMap::new(),
         n_scalars,
         plan: Plan::default(),
         cluster: vec![None; n],
@@ -414,7 +417,7 @@ fn limit_inputs(g: &Graph, class: &[Class], mat: &mut [bool], max_inputs: usize)
 struct ProgramBuilder {
     program: Program,
     inputs: Vec<Input>,
-    memo: hashbrown::HashMap<(u32, String), u32>,
+    memo: hashbrown::HashMap<(u32, Vec<ViewOp>), u32>,
     fused: Vec<u32>,
 }
 
@@ -454,40 +457,61 @@ impl ProgramBuilder {
 }
 
 impl Builder<'_> {
+    /// The prelude register of uniform node `i`, emitting it and its operands first (an
+    /// explicit work list: a chain of scalar arithmetic may be as long as the user wrote it).
     fn prelude(&mut self, i: u32) -> u32 {
-        if let Some(p) = self.prelude_of[i as usize] {
-            return p;
+        // (node, operands pushed): a node is emitted when it is popped the second time
+        let mut stack: Vec<(u32, bool)> = vec![(i, false)];
+        while let Some((j, expanded)) = stack.pop() {
+            if self.prelude_of[j as usize].is_some() {
+                continue;
+            }
+            let node = &self.g.nodes[j as usize];
+            let v = match &node.op {
+                Op::Scalar(_) => {
+                    let s = node.binding.expect("scalars have bindings");
+                    self.plan.prelude.insts.push(Inst {
+                        op: InstOp::Scalar(s),
+                        dtype: node.dtype,
+                    });
+                    self.plan.prelude.insts.len() as u32 - 1
+                }
+                Op::Reshape | Op::BroadcastTo => match self.prelude_of[node.inputs[0] as usize] {
+                    Some(v) => v,
+                    None => {
+                        stack.push((j, true));
+                        stack.push((node.inputs[0], false));
+                        continue;
+                    }
+                },
+                op => {
+                    if !expanded {
+                        stack.push((j, true));
+                        stack.extend(node.inputs.iter().rev().map(|&k| (k, false)));
+                        continue;
+                    }
+                    let ins: SmallVec<[u32; 3]> = node
+                        .inputs
+                        .iter()
+                        .map(|&k| self.prelude_of[k as usize].expect("operands emitted first"))
+                        .collect();
+                    let iop = match op {
+                        Op::Unary(u) => InstOp::Unary(*u, ins[0]),
+                        Op::Binary(b) => InstOp::Binary(*b, ins[0], ins[1]),
+                        Op::Where => InstOp::Where(ins[0], ins[1], ins[2]),
+                        Op::Cast => InstOp::Cast(ins[0]),
+                        other => unreachable!("{other} is not uniform"),
+                    };
+                    self.plan.prelude.insts.push(Inst {
+                        op: iop,
+                        dtype: node.dtype,
+                    });
+                    self.plan.prelude.insts.len() as u32 - 1
+                }
+            };
+            self.prelude_of[j as usize] = Some(v);
         }
-        let node = &self.g.nodes[i as usize];
-        let v = match &node.op {
-            Op::Scalar(_) => {
-                let s = node.binding.expect("scalars have bindings");
-                self.plan.prelude.insts.push(Inst {
-                    op: InstOp::Scalar(s),
-                    dtype: node.dtype,
-                });
-                self.plan.prelude.insts.len() as u32 - 1
-            }
-            Op::Reshape | Op::BroadcastTo => self.prelude(node.inputs[0]),
-            op => {
-                let ins: SmallVec<[u32; 3]> =
-                    node.inputs.iter().map(|&j| self.prelude(j)).collect();
-                let iop = match op {
-                    Op::Unary(u) => InstOp::Unary(*u, ins[0]),
-                    Op::Binary(b) => InstOp::Binary(*b, ins[0], ins[1]),
-                    Op::Where => InstOp::Where(ins[0], ins[1], ins[2]),
-                    Op::Cast => InstOp::Cast(ins[0]),
-                    other => unreachable!("{other} is not uniform"),
-                };
-                self.plan.prelude.insts.push(Inst {
-                    op: iop,
-                    dtype: node.dtype,
-                });
-                self.plan.prelude.insts.len() as u32 - 1
-            }
-        };
-        self.prelude_of[i as usize] = Some(v);
-        v
+        self.prelude_of[i as usize].expect("emitted above")
     }
 
     /// The scalar-table index of uniform node `i` (a prelude result).
@@ -497,69 +521,103 @@ impl Builder<'_> {
         if let (Op::Scalar(_), Some(b)) = (&node.op, node.binding) {
             return b;
         }
-        if let Some(pos) = self.plan.prelude.results.iter().position(|&r| r == v) {
-            return self.n_scalars + pos as u32;
-        }
-        self.plan.prelude.results.push(v);
-        self.n_scalars + self.plan.prelude.results.len() as u32 - 1
+        let results = &mut self.plan.prelude.results;
+        let pos = *self.result_of.entry(v).or_insert_with(|| {
+            results.push(v);
+            results.len() as u32 - 1
+        });
+        self.n_scalars + pos
     }
 
-    /// Emits node `i` into `pb`, reading it through the pending view ops `ops`.
+    /// Emits node `i` into `pb`, reading it through the pending view ops `ops`. The walk
+    /// keeps its own work list (a fused chain is as deep as the user's expression), visiting
+    /// operands in order, so instructions come out as a depth-first recursion would emit them.
     fn emit(&mut self, pb: &mut ProgramBuilder, i: u32, root: u32, ops: &[ViewOp]) -> u32 {
-        let key = (i, format!("{ops:?}"));
-        if let Some(&v) = pb.memo.get(&key) {
-            return v;
+        enum Task {
+            /// Emit node `.0` read through views `.1`, leaving its register on `vals`.
+            Visit(u32, Vec<ViewOp>),
+            /// The register on top of `vals` is also the value of this memo key.
+            Alias((u32, Vec<ViewOp>)),
+            /// Pop the operands' registers of node `.1` and emit it under memo key `.0`.
+            Apply((u32, Vec<ViewOp>), u32),
         }
-        let node = &self.g.nodes[i as usize];
-        let v = if i != root && self.mat[i as usize] && self.slot_of[i as usize].is_some() {
-            let slot = self.slot_of[i as usize].expect("checked");
-            pb.load(Source::Slot(slot), node, ops)
-        } else if self.class[i as usize] == Class::Uniform {
-            let s = self.scalar_index(i);
-            pb.push(InstOp::Scalar(s), node.dtype)
-        } else if i != root && self.mat[i as usize] {
-            unreachable!("materialised values are computed before their users")
-        } else {
-            match &node.op {
-                Op::Param(_) => pb.load(
-                    Source::Param(node.binding.expect("params are bound")),
-                    node,
-                    ops,
-                ),
-                Op::Iota { axis } => pb.load(Source::Iota { axis: *axis }, node, ops),
-                Op::Random { dist, .. } => pb.load(
-                    Source::Random {
-                        dist: *dist,
-                        seed: node.binding.expect("seeds are bound"),
-                    },
-                    node,
-                    ops,
-                ),
-                Op::Reshape | Op::Permute(_) | Op::BroadcastTo | Op::Slice { .. } => {
-                    let mut inner: Vec<ViewOp> = vec![view_op(node)];
-                    inner.extend_from_slice(ops);
-                    self.emit(pb, node.inputs[0], root, &inner)
+        let mut vals: Vec<u32> = Vec::new();
+        let mut tasks = vec![Task::Visit(i, ops.to_vec())];
+        while let Some(task) = tasks.pop() {
+            let (i, ops) = match task {
+                Task::Visit(i, ops) => (i, ops),
+                Task::Alias(key) => {
+                    let v = *vals.last().expect("the aliased value was emitted");
+                    pb.memo.insert(key, v);
+                    continue;
                 }
-                op => {
-                    pb.fused.push(i);
-                    let ins: SmallVec<[u32; 3]> = node
-                        .inputs
-                        .iter()
-                        .map(|&j| self.emit(pb, j, root, ops))
-                        .collect();
-                    let iop = match op {
+                Task::Apply(key, i) => {
+                    let node = &self.g.nodes[i as usize];
+                    let ins = vals.split_off(vals.len() - node.inputs.len());
+                    let iop = match &node.op {
                         Op::Unary(u) => InstOp::Unary(*u, ins[0]),
                         Op::Binary(b) => InstOp::Binary(*b, ins[0], ins[1]),
                         Op::Where => InstOp::Where(ins[0], ins[1], ins[2]),
                         Op::Cast => InstOp::Cast(ins[0]),
                         other => unreachable!("{other} cannot be fused"),
                     };
-                    pb.push(iop, node.dtype)
+                    let v = pb.push(iop, node.dtype);
+                    pb.memo.insert(key, v);
+                    vals.push(v);
+                    continue;
                 }
+            };
+            if let Some(&v) = pb.memo.get(&(i, ops.clone())) {
+                vals.push(v);
+                continue;
             }
-        };
-        pb.memo.insert(key, v);
-        v
+            let node = &self.g.nodes[i as usize];
+            let v = if i != root && self.mat[i as usize] && self.slot_of[i as usize].is_some() {
+                let slot = self.slot_of[i as usize].expect("checked");
+                pb.load(Source::Slot(slot), node, &ops)
+            } else if self.class[i as usize] == Class::Uniform {
+                let s = self.scalar_index(i);
+                pb.push(InstOp::Scalar(s), node.dtype)
+            } else if i != root && self.mat[i as usize] {
+                unreachable!("materialised values are computed before their users")
+            } else {
+                match &node.op {
+                    Op::Param(_) => pb.load(
+                        Source::Param(node.binding.expect("params are bound")),
+                        node,
+                        &ops,
+                    ),
+                    Op::Iota { axis } => pb.load(Source::Iota { axis: *axis }, node, &ops),
+                    Op::Random { dist, .. } => pb.load(
+                        Source::Random {
+                            dist: *dist,
+                            seed: node.binding.expect("seeds are bound"),
+                        },
+                        node,
+                        &ops,
+                    ),
+                    Op::Reshape | Op::Permute(_) | Op::BroadcastTo | Op::Slice { .. } => {
+                        let mut inner: Vec<ViewOp> = vec![view_op(node)];
+                        inner.extend(ops.iter().cloned());
+                        tasks.push(Task::Alias((i, ops)));
+                        tasks.push(Task::Visit(node.inputs[0], inner));
+                        continue;
+                    }
+                    _ => {
+                        pb.fused.push(i);
+                        tasks.push(Task::Apply((i, ops.clone()), i));
+                        for &j in node.inputs.iter().rev() {
+                            tasks.push(Task::Visit(j, ops.clone()));
+                        }
+                        continue;
+                    }
+                }
+            };
+            pb.memo.insert((i, ops), v);
+            vals.push(v);
+        }
+        debug_assert_eq!(vals.len(), 1);
+        vals[0]
     }
 
     /// A view input for an operand of a non-elementwise kernel (walks movement ops down to a
@@ -780,38 +838,37 @@ impl Builder<'_> {
     /// matmul's epilogue.
     fn fuse_epilogues(&mut self) {
         let plan = &mut self.plan;
-        let output_slots: Vec<u32> = plan
-            .outputs
-            .iter()
-            .filter_map(|o| {
-                if let OutputRef::Slot(s) = o {
-                    Some(*s)
-                } else {
-                    None
+        let mut is_output = vec![false; plan.slots.len()];
+        for o in &plan.outputs {
+            if let OutputRef::Slot(s) = o {
+                is_output[*s as usize] = true;
+            }
+        }
+        // The kernels reading each slot, listed once per kernel. Computed once: a merge moves
+        // a matmul's inputs (written before it) into a later kernel, so it never changes the
+        // readers of a later matmul's output, the only lists read after it.
+        let mut readers: Vec<Vec<usize>> = vec![Vec::new(); plan.slots.len()];
+        for (r, kernel) in plan.kernels.iter().enumerate() {
+            for i in &kernel.inputs {
+                if let Source::Slot(s) = i.source {
+                    if readers[s as usize].last() != Some(&r) {
+                        readers[s as usize].push(r);
+                    }
                 }
-            })
-            .collect();
-        let mut k = 0;
-        while k < plan.kernels.len() {
+            }
+        }
+        // Merged matmuls: their consumer's index (the kernel list is compacted at the end).
+        let mut merged_into: Vec<Option<usize>> = vec![None; plan.kernels.len()];
+        #[allow(clippy::needless_range_loop)] // `plan.kernels[r]` changes inside the loop
+        for k in 0..plan.kernels.len() {
             let KernelKind::MatMul { epilogue: None } = plan.kernels[k].kind else {
-                k += 1;
                 continue;
             };
             let mm_slot = plan.kernels[k].outputs[0];
-            if output_slots.contains(&mm_slot) {
-                k += 1;
+            if is_output[mm_slot as usize] {
                 continue;
             }
-            let readers: Vec<usize> = (0..plan.kernels.len())
-                .filter(|&r| {
-                    plan.kernels[r]
-                        .inputs
-                        .iter()
-                        .any(|i| i.source == Source::Slot(mm_slot))
-                })
-                .collect();
-            let [r] = readers[..] else {
-                k += 1;
+            let [r] = readers[mm_slot as usize][..] else {
                 continue;
             };
             let consumer = &plan.kernels[r];
@@ -828,7 +885,6 @@ impl Builder<'_> {
                     .iter()
                     .all(|o| matches!(o, ViewOp::Reshape(t) if *t == consumer.space));
             if !ok {
-                k += 1;
                 continue;
             }
             // The merged kernel takes the consumer's place: the consumer may read slots
@@ -875,17 +931,32 @@ impl Builder<'_> {
                 outputs: consumer.outputs.clone(),
             };
             plan.kernels[r] = merged;
-            plan.kernels.remove(k);
-            for x in self.cluster.iter_mut().flatten() {
-                {
-                    if *x == k {
-                        *x = r - 1;
-                    } else if *x > k {
-                        *x -= 1;
-                    }
-                }
+            merged_into[k] = Some(r);
+        }
+        if merged_into.iter().all(Option::is_none) {
+            return;
+        }
+        // Compact: a merged matmul's nodes belong to its consumer's kernel.
+        let mut new_index = vec![0usize; plan.kernels.len()];
+        let mut next = 0;
+        for (k, m) in merged_into.iter().enumerate() {
+            if m.is_none() {
+                new_index[k] = next;
+                next += 1;
             }
-            k = 0; // rescan: indices shifted
+        }
+        for (k, m) in merged_into.iter().enumerate() {
+            if let Some(r) = m {
+                new_index[k] = new_index[*r];
+            }
+        }
+        let mut k = 0;
+        plan.kernels.retain(|_| {
+            k += 1;
+            merged_into[k - 1].is_none()
+        });
+        for x in self.cluster.iter_mut().flatten() {
+            *x = new_index[*x];
         }
     }
 }

@@ -8,7 +8,7 @@ use kiln_ir::{DType, Error, LazyExpr, Op, Result, Shape, SymShape};
 use smallvec::SmallVec;
 
 /// A node of the working graph.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct GNode {
     /// The op.
     pub op: Op,
@@ -139,13 +139,13 @@ impl Graph {
     pub fn to_dot(&self, cluster: &[Option<usize>]) -> String {
         use std::fmt::Write as _;
         let mut s = String::from("digraph kiln {\n  node [shape=box, fontname=monospace];\n");
+        let mut is_output = vec![false; self.nodes.len()];
+        for &o in &self.outputs {
+            is_output[o as usize] = true;
+        }
         let label = |i: usize| {
             let n = &self.nodes[i];
-            let out = if self.outputs.contains(&(i as u32)) {
-                ", style=bold"
-            } else {
-                ""
-            };
+            let out = if is_output[i] { ", style=bold" } else { "" };
             format!(
                 "n{i} [label=\"{}\\n{} {}\"{out}];",
                 n.op.to_string().replace('"', "'"),
@@ -153,20 +153,25 @@ impl Graph {
                 n.shape
             )
         };
-        let max_cluster = cluster.iter().flatten().max().copied();
-        if let Some(m) = max_cluster {
-            for k in 0..=m {
-                let _ = writeln!(
-                    s,
-                    "  subgraph cluster_{k} {{\n    label=\"kernel {k}\"; style=rounded;"
-                );
-                for (i, c) in cluster.iter().enumerate() {
-                    if *c == Some(k) {
-                        let _ = writeln!(s, "    {}", label(i));
-                    }
+        // the nodes of each cluster, in node order (one pass: a plan may have many kernels)
+        let mut members: Vec<Vec<usize>> = Vec::new();
+        for (i, c) in cluster.iter().enumerate() {
+            if let Some(k) = *c {
+                if members.len() <= k {
+                    members.resize_with(k + 1, Vec::new);
                 }
-                s.push_str("  }\n");
+                members[k].push(i);
             }
+        }
+        for (k, nodes) in members.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "  subgraph cluster_{k} {{\n    label=\"kernel {k}\"; style=rounded;"
+            );
+            for &i in nodes {
+                let _ = writeln!(s, "    {}", label(i));
+            }
+            s.push_str("  }\n");
         }
         for i in 0..self.nodes.len() {
             if cluster.get(i).copied().flatten().is_none() {

@@ -57,6 +57,18 @@ pub struct Report {
 pub fn report(compiled: &Compiled, bindings: &Bindings) -> Report {
     let plan = &compiled.plan;
     let dims = &bindings.dims;
+    // per kernel: its fused nodes and its row group (one pass each: plans may be long)
+    let mut fused = vec![0usize; plan.kernels.len()];
+    for &k in compiled.cluster.iter().flatten() {
+        if let Some(n) = fused.get_mut(k) {
+            *n += 1;
+        }
+    }
+    let mut group_of = vec![None; plan.kernels.len()];
+    for (gi, g) in plan.groups.iter().enumerate() {
+        let end = g.end.min(group_of.len());
+        group_of[g.start.min(end)..end].fill(Some(gi));
+    }
     let mut kernels = Vec::new();
     for (k, kernel) in plan.kernels.iter().enumerate() {
         let kind = match &kernel.kind {
@@ -95,17 +107,13 @@ pub fn report(compiled: &Compiled, bindings: &Bindings) -> Report {
                     * plan.slots[s as usize].dtype.size_bytes()
             })
             .sum();
-        let fused_nodes = compiled.cluster.iter().filter(|c| **c == Some(k)).count();
         kernels.push(KernelReport {
             kind,
-            fused_nodes,
+            fused_nodes: fused[k],
             inputs: kernel.inputs.len(),
             bytes_read,
             bytes_written,
-            row_group: plan
-                .groups
-                .iter()
-                .position(|g| (g.start..g.end).contains(&k)),
+            row_group: group_of[k],
         });
     }
     Report {

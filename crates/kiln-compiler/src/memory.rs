@@ -14,7 +14,9 @@
 
 use crate::group::row_aligned;
 use crate::plan::{BufferDesc, Kernel, KernelKind, OutputRef, Plan, Source, ViewOp};
-use kiln_ir::{resolve_shape, Dim};
+use kiln_ir::{resolve_shape, DType, Dim};
+use smallvec::SmallVec;
+use std::collections::BTreeSet;
 
 fn identity_view(k: &Kernel, input: usize) -> bool {
     let v = &k.inputs[input].view;
@@ -27,6 +29,47 @@ fn identity_view(k: &Kernel, input: usize) -> bool {
     v.ops.iter().all(|o| matches!(o, ViewOp::Reshape(_)))
         && v.shape() == k.space
         && non1(&v.base) == non1(&k.space)
+}
+
+/// The free buffers of each dtype, ordered by capacity, then by the order they were freed.
+#[derive(Default)]
+struct FreeList {
+    by_dtype: Vec<(DType, BTreeSet<(usize, u64, u32)>)>,
+    freed: u64,
+}
+
+impl FreeList {
+    fn put(&mut self, dtype: DType, capacity: usize, b: u32) {
+        self.freed += 1;
+        let seq = self.freed;
+        self.set(dtype).insert((capacity, seq, b));
+    }
+
+    fn set(&mut self, dtype: DType) -> &mut BTreeSet<(usize, u64, u32)> {
+        let i = match self.by_dtype.iter().position(|(d, _)| *d == dtype) {
+            Some(i) => i,
+            None => {
+                self.by_dtype.push((dtype, BTreeSet::new()));
+                self.by_dtype.len() - 1
+            }
+        };
+        &mut self.by_dtype[i].1
+    }
+
+    /// Takes the smallest buffer holding `want` elements, else the largest one (it grows);
+    /// among equal capacities the one freed first.
+    fn take_best(&mut self, dtype: DType, want: usize) -> Option<u32> {
+        let set = self.set(dtype);
+        let key = match set.range((want, 0, 0)..).next() {
+            Some(&k) => k,
+            None => {
+                let &(cap, _, _) = set.iter().next_back()?;
+                *set.range((cap, 0, 0)..).next()?
+            }
+        };
+        set.remove(&key);
+        Some(key.2)
+    }
 }
 
 /// Compacts slots to those kernels write, then assigns buffers. `hint` gives the symbol
@@ -96,9 +139,14 @@ pub fn plan_memory(plan: &mut Plan, hint: &[usize]) {
         }
     }
     let size = |plan: &Plan, s: u32| resolve_shape(&plan.slots[s as usize].shape, hint).numel();
-    // The row group of kernel `k`, if any.
+    // The row group of each kernel, if any.
     let groups = plan.groups.clone();
-    let group_of = |k: usize| groups.iter().find(|g| (g.start..g.end).contains(&k));
+    let mut group_index: Vec<Option<usize>> = vec![None; n_k];
+    for (gi, g) in groups.iter().enumerate() {
+        let end = g.end.min(n_k);
+        group_index[g.start.min(end)..end].fill(Some(gi));
+    }
+    let group_of = |k: usize| group_index[k].map(|gi| &groups[gi]);
     // Inside a group, in place only over a slot the whole group reads row by row.
     let rowwise = |plan: &Plan, k: usize, t: u32| {
         group_of(k).is_none_or(|g| {
@@ -110,8 +158,20 @@ pub fn plan_memory(plan: &mut Plan, hint: &[usize]) {
             })
         })
     };
+    // The slots whose last reader is kernel `k` (outputs live to the end: never listed).
+    let mut dying_at: Vec<Vec<u32>> = vec![Vec::new(); n_k];
+    for (s, &l) in last.iter().enumerate() {
+        if l < n_k {
+            dying_at[l].push(s as u32);
+        }
+    }
+    // Every list below is per buffer and kept current as slots are assigned, so the plan is
+    // linear in the number of kernels (a user's graph may have millions).
     let mut buffers: Vec<BufferDesc> = Vec::new();
-    let mut free: Vec<u32> = Vec::new();
+    let mut capacity: Vec<usize> = Vec::new(); // per buffer: its largest slot at `hint`
+    let mut last_use: Vec<usize> = Vec::new(); // per buffer: its slots' last reader
+    let mut is_free: Vec<bool> = Vec::new();
+    let mut free = FreeList::default();
     for k in 0..n_k {
         let kernel = plan.kernels[k].clone();
         let mut taken: Vec<u32> = Vec::new();
@@ -145,28 +205,11 @@ pub fn plan_memory(plan: &mut Plan, hint: &[usize]) {
                     }
                 }
             }
+            let want = size(plan, s);
             if chosen.is_none() && !is_output[s as usize] {
                 // best fit among free buffers of this dtype
-                let want = size(plan, s);
-                let best = free
-                    .iter()
-                    .copied()
-                    .filter(|&b| buffers[b as usize].dtype == dtype && !taken.contains(&b))
-                    .min_by_key(|&b| {
-                        let have = buffers[b as usize]
-                            .slots
-                            .iter()
-                            .map(|&x| size(plan, x))
-                            .max()
-                            .unwrap_or(0);
-                        if have >= want {
-                            (0, have - want)
-                        } else {
-                            (1, want - have)
-                        }
-                    });
-                if let Some(b) = best {
-                    free.retain(|&f| f != b);
+                if let Some(b) = free.take_best(dtype, want) {
+                    is_free[b as usize] = false;
                     chosen = Some(b);
                 }
             }
@@ -179,28 +222,34 @@ pub fn plan_memory(plan: &mut Plan, hint: &[usize]) {
                         output: false,
                         last_use: 0,
                     });
+                    capacity.push(0);
+                    last_use.push(0);
+                    is_free.push(false);
                     buffers.len() as u32 - 1
                 }
             };
-            buffers[b as usize].slots.push(s);
-            buffers[b as usize].output |= is_output[s as usize];
+            let bi = b as usize;
+            buffers[bi].slots.push(s);
+            buffers[bi].output |= is_output[s as usize];
+            capacity[bi] = capacity[bi].max(want);
+            last_use[bi] = last_use[bi].max(last[s as usize]);
             plan.slots[s as usize].buffer = b;
             taken.push(b);
         }
         // Buffers whose slots are all dead after this kernel (after this group, inside one)
-        // become free.
+        // become free: those holding a slot that died in that span and none that lives on.
         let died = match group_of(k) {
             Some(g) if k + 1 < g.end => continue,
             Some(g) => g.start..=k,
             None => k..=k,
         };
-        for (b, desc) in buffers.iter().enumerate() {
-            let dead = !desc.output && desc.slots.iter().all(|&s| last[s as usize] <= k);
-            if dead
-                && !free.contains(&(b as u32))
-                && desc.slots.iter().any(|&s| died.contains(&last[s as usize]))
-            {
-                free.push(b as u32);
+        for j in died {
+            for &s in &dying_at[j] {
+                let b = plan.slots[s as usize].buffer as usize;
+                if !buffers[b].output && last_use[b] <= k && !is_free[b] {
+                    is_free[b] = true;
+                    free.put(buffers[b].dtype, capacity[b], b as u32);
+                }
             }
         }
     }
@@ -212,6 +261,12 @@ pub fn plan_memory(plan: &mut Plan, hint: &[usize]) {
             .max()
             .unwrap_or(0);
         let _ = &def;
+    }
+    plan.releases = vec![SmallVec::new(); n_k];
+    for (b, desc) in buffers.iter().enumerate() {
+        if !desc.output && desc.last_use < n_k {
+            plan.releases[desc.last_use].push(b as u32);
+        }
     }
     plan.buffers = buffers;
 }
@@ -245,15 +300,27 @@ pub fn peak_bytes(plan: &Plan, dims: &[usize]) -> usize {
                 * d.dtype.size_bytes()
         })
         .collect();
-    (0..n_k)
-        .map(|k| {
-            (0..plan.buffers.len())
-                .filter(|&b| {
-                    first[b] <= k && (plan.buffers[b].output || plan.buffers[b].last_use >= k)
-                })
-                .map(|b| bytes[b])
-                .sum::<usize>()
-        })
-        .max()
-        .unwrap_or(0)
+    // live from its first write to its last use (outputs: to the end), summed by a sweep
+    if n_k == 0 {
+        return 0;
+    }
+    let mut delta = vec![0i128; n_k + 1];
+    for (b, d) in plan.buffers.iter().enumerate() {
+        let end = if d.output {
+            n_k - 1
+        } else {
+            d.last_use.min(n_k - 1)
+        };
+        if first[b] <= end {
+            delta[first[b]] += bytes[b] as i128;
+            delta[end + 1] -= bytes[b] as i128;
+        }
+    }
+    let mut live = 0i128;
+    let mut peak = 0i128;
+    for d in &delta[..n_k] {
+        live += d;
+        peak = peak.max(live);
+    }
+    peak as usize
 }

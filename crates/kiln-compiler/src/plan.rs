@@ -36,7 +36,7 @@ pub enum Source {
 }
 
 /// One movement step of a [`View`].
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum ViewOp {
     /// New shape over the same elements. The compiler emits it only where it is a pure
     /// stride computation: the view is contiguous at that point, or only size-1 dimensions
@@ -447,6 +447,10 @@ pub struct Plan {
     /// no later kernel reads, so a backend may write it past its caches (non-temporal
     /// stores): nothing of this plan reads it back soon. Set by the memory plan.
     pub unread_outputs: Vec<bool>,
+    /// Per kernel (empty: none): the buffers, not plan outputs, whose last use it is, to be
+    /// released after it runs. Set by the memory plan (from `BufferDesc::last_use`), so
+    /// running a plan does not scan every buffer after every kernel.
+    pub releases: Vec<SmallVec<[u32; 2]>>,
 }
 
 impl Plan {

@@ -11,6 +11,7 @@
 use crate::graph::{GNode, Graph};
 use kiln_ir::{scalar_key_value, BinaryOp, DType, Dim, Op, UnaryOp};
 use smallvec::SmallVec;
+use std::hash::BuildHasher;
 
 /// The value of a node that is a scalar (possibly reshaped/broadcast) whose key class is
 /// exact, i.e. `-0.0`, `0` or `1`.
@@ -185,13 +186,8 @@ fn simplify(g: &[GNode], mut n: GNode) -> Result<u32, GNode> {
     }
 }
 
-fn cse_key(n: &GNode) -> String {
-    // Scalars, parameters and random streams are distinct per binding: never merged by value.
-    format!(
-        "{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
-        n.op, n.dtype, n.sym, n.shape, n.inputs, n.binding
-    )
-}
+/// How many times the rules may rewrite one node before it is kept as it is.
+const MAX_REWRITE_ROUNDS: usize = 64;
 
 /// Simplification, movement folding and CSE in one forward pass, then dead-node
 /// elimination. Returns the new graph and, for each old node, its new index (if alive).
@@ -210,26 +206,33 @@ fn cse_key(n: &GNode) -> String {
 pub fn optimize(g: &Graph) -> (Graph, Vec<Option<u32>>) {
     let mut out: Vec<GNode> = Vec::with_capacity(g.nodes.len());
     let mut map: Vec<u32> = Vec::with_capacity(g.nodes.len());
-    let mut table: hashbrown::HashMap<String, u32> = hashbrown::HashMap::new();
+    // CSE: nodes equal in every field (op and its attributes, scalars by bits, dtype, shapes,
+    // operands, binding) are one node. Scalars, parameters and random streams have distinct
+    // bindings, so they are never merged by value.
+    let hasher = hashbrown::DefaultHashBuilder::default();
+    let mut table: hashbrown::HashTable<u32> = hashbrown::HashTable::with_capacity(g.nodes.len());
     for n in &g.nodes {
         let mut n = n.clone();
         for i in n.inputs.iter_mut() {
             *i = map[*i as usize];
         }
-        // Apply rules to a fixed point (each rule strictly shrinks or stops).
+        // Apply rules to a fixed point (each rule strictly shrinks or stops; the bound is a
+        // guard: a rule pair that undid each other would stop here instead of spinning).
+        let mut rounds = 0;
         let idx = loop {
             let before = n.clone();
+            rounds += 1;
             match simplify(&out, n) {
                 Ok(existing) => break existing,
-                Err(m) if m != before => n = m,
+                Err(m) if m != before && rounds < MAX_REWRITE_ROUNDS => n = m,
                 Err(m) => {
-                    let key = cse_key(&m);
-                    if let Some(&e) = table.get(&key) {
+                    let h = hasher.hash_one(&m);
+                    if let Some(&e) = table.find(h, |&e| out[e as usize] == m) {
                         break e;
                     }
                     out.push(m);
                     let i = out.len() as u32 - 1;
-                    table.insert(key, i);
+                    table.insert_unique(h, i, |&e| hasher.hash_one(&out[e as usize]));
                     break i;
                 }
             }

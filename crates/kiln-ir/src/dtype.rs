@@ -186,12 +186,19 @@ impl fmt::Display for DType {
 
 /// A scalar value, stored at full width. Its dtype comes from the node that holds it.
 ///
+/// **Equality and hashing are structural: floats compare by bit pattern.** A NaN equals a
+/// NaN with the same bits and `0.0 != -0.0`, so a graph holding a NaN constant compares
+/// equal to itself (rewrites reach their fixed point, caches find their entries). Use
+/// [`Scalar::as_f64`] for numeric comparison.
+///
 /// ```
 /// use kiln_ir::{Scalar, Kind};
 /// assert_eq!(Scalar::Float(2.5).kind(), Kind::Float);
 /// assert_eq!(Scalar::Int(3).as_f64(), 3.0);
+/// assert_eq!(Scalar::Float(f64::NAN), Scalar::Float(f64::NAN));
+/// assert_ne!(Scalar::Float(0.0), Scalar::Float(-0.0));
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug)]
 pub enum Scalar {
     /// A boolean.
     Bool(bool),
@@ -199,6 +206,30 @@ pub enum Scalar {
     Int(i64),
     /// A float (any width up to 64 bits).
     Float(f64),
+}
+
+impl PartialEq for Scalar {
+    fn eq(&self, other: &Self) -> bool {
+        match (*self, *other) {
+            (Scalar::Bool(a), Scalar::Bool(b)) => a == b,
+            (Scalar::Int(a), Scalar::Int(b)) => a == b,
+            (Scalar::Float(a), Scalar::Float(b)) => a.to_bits() == b.to_bits(),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Scalar {}
+
+impl std::hash::Hash for Scalar {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        std::mem::discriminant(self).hash(state);
+        match *self {
+            Scalar::Bool(b) => b.hash(state),
+            Scalar::Int(i) => i.hash(state),
+            Scalar::Float(x) => x.to_bits().hash(state),
+        }
+    }
 }
 
 impl Scalar {

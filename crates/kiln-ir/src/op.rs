@@ -317,7 +317,7 @@ pub type Axes = SmallVec<[usize; 4]>;
 /// use kiln_ir::{Op, UnaryOp};
 /// assert_eq!(Op::Unary(UnaryOp::Exp).name(), "exp");
 /// ```
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Op {
     /// The `i`-th input buffer of a [`crate::LazyExpr`].
     Param(u32),
