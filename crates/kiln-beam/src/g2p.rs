@@ -167,6 +167,8 @@ const WEIGHT_LEFT_MAX_ROWS: usize = 64;
 type Take<'a> = dyn FnMut(&str, Option<&[usize]>) -> Result<Array> + 'a;
 
 /// The g2p-en model as a scorer.
+/// Clones share the weights (kiln arrays are reference-counted), so decoding threads clone one loaded model.
+#[derive(Clone)]
 pub struct G2p {
     /// The encoder's input gates of every letter, `enc_emb @ W_ihᵀ + b_ih` (`[29, 3H]`).
     enc_gates: Array,

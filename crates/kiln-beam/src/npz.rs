@@ -2,6 +2,8 @@
 //! The zip layer is [`crate::zip`] (stored and deflated members, so both `numpy.savez` and
 //! `numpy.savez_compressed` files read). Little-endian `f4`, `f8`, `i4`, `i8` and `b1` arrays,
 //! C order.
+//!
+//! A header's shape is checked before anything is allocated: its element count and byte size are computed with overflow checks, and the data must be exactly that many bytes.
 
 use crate::zip::ZipArchive;
 use crate::{Error, Result};
@@ -62,35 +64,48 @@ fn npy(path: &str, name: &str, b: &[u8]) -> Result<Array> {
         .filter(|s| !s.is_empty())
         .map(|s| s.parse().map_err(|_| err("bad shape")))
         .collect::<Result<_>>()?;
-    let data = &b[hstart + hlen..];
-    let n: usize = shape.iter().product();
-    fn le<const N: usize, T>(d: &[u8], n: usize, f: fn([u8; N]) -> T) -> Option<Vec<T>> {
-        let d = d.get(..n * N)?;
-        Some(
-            d.chunks_exact(N)
-                .map(|c| f(c.try_into().expect("chunk")))
-                .collect(),
-        )
-    }
-    let short = || err("data shorter than its shape");
-    Ok(match descr {
-        "<f4" => Array::from_vec(le(data, n, f32::from_le_bytes).ok_or_else(short)?, &shape)?,
-        "<f8" => Array::from_vec(le(data, n, f64::from_le_bytes).ok_or_else(short)?, &shape)?,
-        "<i4" => Array::from_vec(le(data, n, i32::from_le_bytes).ok_or_else(short)?, &shape)?,
-        "<i8" => Array::from_vec(le(data, n, i64::from_le_bytes).ok_or_else(short)?, &shape)?,
-        "|b1" => Array::from_vec(
-            data.get(..n)
-                .ok_or_else(short)?
-                .iter()
-                .map(|&x| x != 0)
-                .collect::<Vec<bool>>(),
-            &shape,
-        )?,
+    let item = match descr {
+        "<f4" | "<i4" => 4,
+        "<f8" | "<i8" => 8,
+        "|b1" => 1,
         other => {
             return Err(err(&format!(
                 "dtype {other} is not supported (f4, f8, i4, i8, b1 are)"
             )))
         }
+    };
+    let n = shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .filter(|n| n.checked_mul(item).is_some())
+        .ok_or_else(|| {
+            err(&format!(
+                "shape {shape:?} of {descr} is too large to address"
+            ))
+        })?;
+    let data = &b[hstart + hlen..];
+    if data.len() != n * item {
+        return Err(err(&format!(
+            "data has {} bytes but shape {shape:?} of {descr} needs {}",
+            data.len(),
+            n * item
+        )));
+    }
+    fn le<const N: usize, T>(d: &[u8], f: fn([u8; N]) -> T) -> Vec<T> {
+        d.chunks_exact(N)
+            .map(|c| {
+                let mut a = [0; N];
+                a.copy_from_slice(c);
+                f(a)
+            })
+            .collect()
+    }
+    Ok(match descr {
+        "<f4" => Array::from_vec(le(data, f32::from_le_bytes), &shape)?,
+        "<f8" => Array::from_vec(le(data, f64::from_le_bytes), &shape)?,
+        "<i4" => Array::from_vec(le(data, i32::from_le_bytes), &shape)?,
+        "<i8" => Array::from_vec(le(data, i64::from_le_bytes), &shape)?,
+        _ => Array::from_vec(data.iter().map(|&x| x != 0).collect::<Vec<bool>>(), &shape)?,
     })
 }
 
@@ -111,4 +126,84 @@ pub fn read_npz(path: impl AsRef<std::path::Path>) -> Result<BTreeMap<String, Ar
         out.insert(key.clone(), npy(&shown, &key, &data)?);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A version-1 `.npy` buffer with `header` and `data`.
+    fn npy_bytes(header: &str, data: &[u8]) -> Vec<u8> {
+        let mut b = b"\x93NUMPY\x01\x00".to_vec();
+        b.extend((header.len() as u16).to_le_bytes());
+        b.extend(header.as_bytes());
+        b.extend(data);
+        b
+    }
+
+    fn header(descr: &str, shape: &str) -> String {
+        format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': ({shape}), }}")
+    }
+
+    #[test]
+    fn reads_a_small_array() {
+        let data: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
+        let a = npy("t.npz", "w", &npy_bytes(&header("<f4", "2, 3"), &data)).unwrap();
+        assert_eq!(a.shape(), [2, 3]);
+        assert_eq!(a.to_vec::<f32>().unwrap(), [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    }
+
+    #[test]
+    fn overflowing_shapes_are_errors_not_panics() {
+        for (descr, shape) in [
+            ("<f4", "1099511627776, 1099511627776"),
+            ("<f8", "4611686018427387904, 4"),
+            ("<f8", "2305843009213693952,"),
+            ("|b1", "18446744073709551615, 2"),
+        ] {
+            let e = npy("t.npz", "w", &npy_bytes(&header(descr, shape), &[0; 8]))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("t.npz") && e.contains("w:") && e.contains("too large"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn data_of_the_wrong_length_is_an_error() {
+        for len in [20, 28] {
+            let e = npy(
+                "t.npz",
+                "w",
+                &npy_bytes(&header("<f4", "2, 3"), &vec![0; len]),
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(
+                e.contains(&format!("has {len} bytes")) && e.contains("needs 24"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_npz_with_a_huge_shape_is_an_error_naming_the_file_and_array() {
+        let member = npy_bytes(&header("<f4", "1099511627776, 1099511627776"), &[]);
+        let zip = crate::zip::build_zip(&[("huge.npy", 0, member.len() as u32, &member)], &member);
+        let path = std::env::temp_dir().join(format!("kiln-beam-huge-{}.npz", std::process::id()));
+        std::fs::write(&path, zip).unwrap();
+        let e = read_npz(&path).unwrap_err().to_string();
+        std::fs::remove_file(&path).unwrap();
+        assert!(
+            e.contains(&path.display().to_string())
+                && e.contains("huge: shape")
+                && e.contains("too large"),
+            "{e}"
+        );
+    }
 }

@@ -328,6 +328,7 @@ impl MiniBatch {
 /// Decodes many sentences AmuNMT-style: sort by source length, cut mini-batches
 /// ([`MiniBatch`]: by sentences or by words), run them on `threads` threads (each with its own
 /// scorers from `make`), and return the histories in input order.
+/// No more threads start than there are mini-batches (none for no sentences), so `make` runs at most once per mini-batch.
 pub fn decode_parallel(
     sentences: &[Vec<usize>],
     make: &(dyn Fn() -> Result<BeamSearch> + Sync),
@@ -341,7 +342,7 @@ pub fn decode_parallel(
     let results = std::sync::Mutex::new(vec![None; sentences.len()]);
     let first_error = std::sync::Mutex::new(None);
     std::thread::scope(|scope| {
-        for _ in 0..threads.max(1) {
+        for _ in 0..threads.max(1).min(batches.len()) {
             scope.spawn(|| {
                 let mut search = match make() {
                     Ok(s) => s,

@@ -7,6 +7,8 @@
 //! Encrypted members, multi-disk archives and other compression methods are errors naming
 //! the member. Depends only on `flate2` and this crate's [`Error`]; nothing here knows about
 //! arrays.
+//!
+//! Inflating is bounded by the member's declared size: a declared size larger than deflate can produce from the compressed bytes is refused before anything is inflated, and inflating stops one byte past the declared size, so a deflate bomb is an error naming the member, not an exhausted memory.
 
 use crate::{Error, Result};
 use std::borrow::Cow;
@@ -54,6 +56,13 @@ const ZIP64_LOCATOR: u32 = 0x0706_4b50;
 const ZIP64_EOCD: u32 = 0x0606_4b50;
 const CENTRAL: u32 = 0x0201_4b50;
 const LOCAL: u32 = 0x0403_4b50;
+
+/// The most bytes deflate produces from one compressed byte (258-byte matches coded in two bits).
+const DEFLATE_MAX_RATIO: u64 = 1032;
+/// What a member may declare beyond [`DEFLATE_MAX_RATIO`] times its compressed size (block headers of tiny streams).
+const DEFLATE_SLACK: u64 = 1024;
+/// The most bytes reserved before inflating; a larger member grows its buffer as it inflates.
+const PREALLOCATE: u64 = 64 << 20;
 
 impl<'a> ZipArchive<'a> {
     /// Parses the central directory of `bytes`; `op` and `path` name the caller and the file
@@ -184,10 +193,27 @@ impl<'a> ZipArchive<'a> {
         let data: Cow<'a, [u8]> = match m.method {
             0 => Cow::Borrowed(m.raw),
             8 => {
-                let mut out = Vec::with_capacity(m.size.min(1 << 30) as usize);
+                let most = (m.raw.len() as u64)
+                    .saturating_mul(DEFLATE_MAX_RATIO)
+                    .saturating_add(DEFLATE_SLACK);
+                if m.size > most {
+                    return Err(bad(format!(
+                        "its header says {} bytes, more than deflate can make of its {} compressed bytes: the file is corrupt",
+                        m.size,
+                        m.raw.len()
+                    )));
+                }
+                let mut out = Vec::with_capacity(m.size.min(PREALLOCATE) as usize);
                 flate2::read::DeflateDecoder::new(m.raw)
+                    .take(m.size.saturating_add(1))
                     .read_to_end(&mut out)
                     .map_err(|e| bad(format!("cannot inflate: {e}")))?;
+                if out.len() as u64 > m.size {
+                    return Err(bad(format!(
+                        "inflates to more than the {} bytes its header says: the file is corrupt (or a deflate bomb)",
+                        m.size
+                    )));
+                }
                 Cow::Owned(out)
             }
             other => {
@@ -216,9 +242,111 @@ impl<'a> ZipArchive<'a> {
     }
 }
 
+/// A zip archive of `members` (name, compression method, declared size, bytes as stored), with the CRC-32 of `contents` in every header, for tests.
+#[cfg(test)]
+pub(crate) fn build_zip(members: &[(&str, u16, u32, &[u8])], contents: &[u8]) -> Vec<u8> {
+    let mut crc = flate2::Crc::new();
+    crc.update(contents);
+    let crc = crc.sum();
+    let (mut b, mut central) = (Vec::new(), Vec::new());
+    for &(name, method, size, raw) in members {
+        let local = b.len() as u32;
+        let common = |h: &mut Vec<u8>| {
+            for v in [20u16, 0, method, 0, 0] {
+                h.extend(v.to_le_bytes());
+            }
+            for v in [crc, raw.len() as u32, size] {
+                h.extend(v.to_le_bytes());
+            }
+            h.extend((name.len() as u16).to_le_bytes());
+            h.extend(0u16.to_le_bytes());
+        };
+        b.extend(LOCAL.to_le_bytes());
+        common(&mut b);
+        b.extend(name.as_bytes());
+        b.extend(raw);
+        central.extend(CENTRAL.to_le_bytes());
+        central.extend(20u16.to_le_bytes());
+        common(&mut central);
+        central.extend([0u8; 10]); // comment length, disk, internal and external attributes
+        central.extend(local.to_le_bytes());
+        central.extend(name.as_bytes());
+    }
+    let cd_at = b.len() as u32;
+    b.extend(&central);
+    b.extend(EOCD.to_le_bytes());
+    b.extend([0u8; 4]);
+    b.extend((members.len() as u16).to_le_bytes());
+    b.extend((members.len() as u16).to_le_bytes());
+    b.extend((central.len() as u32).to_le_bytes());
+    b.extend(cd_at.to_le_bytes());
+    b.extend(0u16.to_le_bytes());
+    b
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
+
+    fn deflate(data: &[u8]) -> Vec<u8> {
+        let mut e = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::best());
+        e.write_all(data).unwrap();
+        e.finish().unwrap()
+    }
+
+    #[test]
+    fn a_built_archive_reads_back() {
+        let b = build_zip(&[("x.txt", 8, 5, &deflate(b"hello"))], b"hello");
+        let z = ZipArchive::parse("test", "built.zip", &b).unwrap();
+        assert_eq!(&*z.read(&z.members[0]).unwrap(), b"hello");
+    }
+
+    #[test]
+    fn a_deflate_bomb_is_an_error_naming_the_member() {
+        // 100 MB of zeros in about 100 kB, declared as 10 bytes
+        let mut e = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::fast());
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..100 {
+            e.write_all(&zeros).unwrap();
+        }
+        let bomb = e.finish().unwrap();
+        let inflated = std::io::copy(
+            &mut flate2::read::DeflateDecoder::new(&bomb[..]),
+            &mut std::io::sink(),
+        );
+        assert_eq!(inflated.unwrap(), 100 << 20);
+        assert!(bomb.len() < 1 << 20, "{} bytes", bomb.len());
+        let b = build_zip(&[("bomb.bin", 8, 10, &bomb)], &[0; 10]);
+        let z = ZipArchive::parse("test", "bomb.zip", &b).unwrap();
+        let e = z.read(&z.members[0]).unwrap_err().to_string();
+        assert!(
+            e.contains("bomb.zip")
+                && e.contains("bomb.bin")
+                && e.contains("more than the 10 bytes"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_declared_size_past_what_deflate_can_make_is_refused_before_inflating() {
+        let raw = deflate(&[0; 100]);
+        let b = build_zip(&[("big.bin", 8, u32::MAX - 1, &raw)], &[0; 100]);
+        let z = ZipArchive::parse("test", "big.zip", &b).unwrap();
+        let e = z.read(&z.members[0]).unwrap_err().to_string();
+        assert!(
+            e.contains("big.bin") && e.contains("more than deflate can make"),
+            "{e}"
+        );
+        // declared shorter than the contents, or longer: errors either way
+        let b = build_zip(&[("short.bin", 8, 99, &raw)], &[0; 100]);
+        let z = ZipArchive::parse("test", "short.zip", &b).unwrap();
+        assert!(z.read(&z.members[0]).is_err());
+        let b = build_zip(&[("long.bin", 8, 101, &raw)], &[0; 100]);
+        let z = ZipArchive::parse("test", "long.zip", &b).unwrap();
+        let e = z.read(&z.members[0]).unwrap_err().to_string();
+        assert!(e.contains("long.bin") && e.contains("has 100 bytes"), "{e}");
+    }
 
     /// A zip built by Python's `zipfile` (`a.txt` stored, `b.txt` deflated;
     /// `tests/fixtures/gen_pickle_fixtures.py`).

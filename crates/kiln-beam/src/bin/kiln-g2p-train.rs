@@ -13,31 +13,81 @@
 //! seeded), global-norm clipping at 5, the learning rate halved whenever the dev-set loss does
 //! not improve; the weights of the best dev loss are kept. Prints one JSON line per epoch and one
 //! per evaluated model.
+//!
+//! Options are parsed with `clap` into [`Raw`]; `-c FILE.yml` reads the same keys from a YAML file with `serde_norway` (see `common`), and [`options`] merges the two (the command line wins), applies the defaults and checks every value before anything is read.
 
 mod common;
 
+use clap::{CommandFactory, Parser};
+use common::{Merge, OptionError};
 use kiln_beam::{
     decode_parallel, error_rates, phoneme_vocab, read_cmudict, AttentionConfig, AttentionModel,
     BeamSearch, Entry, G2p, Scorer, SearchConfig, Split,
 };
 use kiln_optim::{clip_by_global_norm, Adam, Optimizer, Parameter};
+use serde::Deserialize;
+use std::path::PathBuf;
 use std::time::Instant;
 
-const USAGE: &str = "usage: kiln-g2p-train [options]
-  --dict PATH         cmudict.dict (default data/cmudict/cmudict.dict)
-  --out PATH          where to save the model (default g2p-attention.safetensors)
-  --epochs N          passes over the training words (default 8)
-  --batch N           words per step (default 64)
-  --lr X              Adam learning rate (default 0.002)
-  --seed N            initialisation and shuffling seed (default 1)
-  --size E,H,D,A,O    embedding, encoder (per direction), decoder, attention, output sizes
-                      (default 48,96,192,96,48)
-  --max-words N       train on the first N training words only (quick runs)
-  --eval-words N      held-out words to score (default: all test words)
-  --beam N            beam for the error rates (default 1)
-  --eval-only         load --out and only evaluate it
-  --g2p-en PATH       also evaluate g2p-en's checkpoint20.npz on the same words";
+/// The largest beam.
+const MAX_BEAM: usize = 1024;
+/// The largest layer size in `--size`.
+const MAX_SIZE: usize = 4096;
 
+/// The options as the command line or the config file gives them, every value optional so that the two can be merged.
+#[derive(Parser, Deserialize, Debug, Default, Clone, PartialEq)]
+#[command(
+    name = "kiln-g2p-train",
+    version,
+    about = "Trains kiln-beam's attention encoder-decoder on cmudict and reports its error rates."
+)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+struct Raw {
+    /// A YAML file of options keyed by their long names (epochs: 10, size: [48, 96, 192, 96, 48]); the command line overrides it
+    #[arg(short = 'c', long, value_name = "FILE.yml")]
+    #[serde(skip)]
+    config: Option<PathBuf>,
+    /// cmudict.dict [default: data/cmudict/cmudict.dict]
+    #[arg(long, value_name = "PATH")]
+    dict: Option<String>,
+    /// Where to save the model [default: g2p-attention.safetensors]
+    #[arg(long, value_name = "PATH")]
+    out: Option<String>,
+    /// Passes over the training words, 1 to 100000 [default: 8]
+    #[arg(long, value_name = "N", value_parser = common::whole::<usize>, allow_hyphen_values = true)]
+    epochs: Option<usize>,
+    /// Words per step, 1 to 65536 [default: 64]
+    #[arg(long, value_name = "N", value_parser = common::whole::<usize>, allow_hyphen_values = true)]
+    batch: Option<usize>,
+    /// Adam learning rate, finite and above 0 [default: 0.002]
+    #[arg(long, value_name = "X", allow_hyphen_values = true)]
+    lr: Option<f64>,
+    /// Initialisation and shuffling seed [default: 1]
+    #[arg(long, value_name = "N", value_parser = common::whole::<u64>, allow_hyphen_values = true)]
+    seed: Option<u64>,
+    /// Embedding, encoder (per direction), decoder, attention, output sizes, each 1 to 4096 [default: 48,96,192,96,48]
+    #[arg(long, value_name = "E,H,D,A,O", value_delimiter = ',', value_parser = common::whole::<usize>, allow_hyphen_values = true)]
+    #[serde(deserialize_with = "common::numbers")]
+    size: Option<Vec<usize>>,
+    /// Train on the first N training words only (quick runs)
+    #[arg(long, value_name = "N", value_parser = common::whole::<usize>, allow_hyphen_values = true)]
+    max_words: Option<usize>,
+    /// Held-out words to score [default: all test words]
+    #[arg(long, value_name = "N", value_parser = common::whole::<usize>, allow_hyphen_values = true)]
+    eval_words: Option<usize>,
+    /// Beam for the error rates, 1 to 1024 [default: 1]
+    #[arg(long, value_name = "N", value_parser = common::whole::<usize>, allow_hyphen_values = true)]
+    beam: Option<usize>,
+    /// Load --out and only evaluate it
+    #[arg(long)]
+    eval_only: bool,
+    /// Also evaluate g2p-en's checkpoint20.npz on the same words
+    #[arg(long, value_name = "PATH")]
+    g2p_en: Option<String>,
+}
+
+/// The checked options, with the defaults applied.
+#[derive(Debug, Clone, PartialEq)]
 struct Options {
     dict: String,
     out: String,
@@ -53,64 +103,54 @@ struct Options {
     g2p_en: Option<String>,
 }
 
-fn parse(args: &[String]) -> Result<Options, String> {
-    let mut o = Options {
-        dict: "data/cmudict/cmudict.dict".into(),
-        out: "g2p-attention.safetensors".into(),
-        epochs: 8,
-        batch: 64,
-        lr: 0.002,
-        seed: 1,
-        size: [48, 96, 192, 96, 48],
-        max_words: None,
-        eval_words: None,
-        beam: 1,
-        eval_only: false,
-        g2p_en: None,
+/// Reads the config file the command line names, if any, and returns the checked [`options`].
+fn resolve(cli: &Raw) -> Result<Options, OptionError> {
+    let file = match &cli.config {
+        Some(p) => common::read_config(p)?,
+        None => Raw::default(),
     };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut val = |name: &str| {
-            it.next()
-                .cloned()
-                .ok_or_else(|| format!("{name} needs a value"))
-        };
-        let num = |name: &str, v: String| -> Result<usize, String> {
-            v.parse()
-                .map_err(|_| format!("{name}: {v:?} is not a whole number"))
-        };
-        match a.as_str() {
-            "--dict" => o.dict = val(a)?,
-            "--out" => o.out = val(a)?,
-            "--epochs" => o.epochs = num(a, val(a)?)?,
-            "--batch" => o.batch = num(a, val(a)?)?.max(1),
-            "--lr" => {
-                let v = val(a)?;
-                o.lr = v
-                    .parse()
-                    .map_err(|_| format!("--lr: {v:?} is not a number"))?
-            }
-            "--seed" => o.seed = num(a, val(a)?)? as u64,
-            "--size" => {
-                let v = val(a)?;
-                let parts: Vec<usize> = v
-                    .split(',')
-                    .map(|p| num("--size", p.to_string()))
-                    .collect::<Result<_, _>>()?;
-                o.size = parts
-                    .try_into()
-                    .map_err(|_| format!("--size: {v:?}: give five sizes E,H,D,A,O"))?;
-            }
-            "--max-words" => o.max_words = Some(num(a, val(a)?)?),
-            "--eval-words" => o.eval_words = Some(num(a, val(a)?)?),
-            "--beam" => o.beam = num(a, val(a)?)?.max(1),
-            "--eval-only" => o.eval_only = true,
-            "--g2p-en" => o.g2p_en = Some(val(a)?),
-            "-h" | "--help" => return Err(String::new()),
-            other => return Err(format!("unknown option {other:?}")),
-        }
-    }
-    Ok(o)
+    options(&Merge {
+        cli,
+        file: &file,
+        path: cli.config.as_deref(),
+    })
+}
+
+/// The command line over the config file: defaults applied, every value checked.
+fn options(m: &Merge<'_, Raw>) -> Result<Options, OptionError> {
+    let size = m
+        .checked(
+            "--size",
+            |r| r.size.clone(),
+            |v| {
+                if v.len() != 5 {
+                    return Err(format!("{} sizes: give five sizes E,H,D,A,O", v.len()));
+                }
+                v.iter()
+                    .try_for_each(|&n| common::in_range(n, &(1..=MAX_SIZE)))
+            },
+        )?
+        .map_or([48, 96, 192, 96, 48], |v| [v[0], v[1], v[2], v[3], v[4]]);
+    Ok(Options {
+        dict: m
+            .any(|r| r.dict.clone())
+            .unwrap_or_else(|| "data/cmudict/cmudict.dict".into()),
+        out: m
+            .any(|r| r.out.clone())
+            .unwrap_or_else(|| "g2p-attention.safetensors".into()),
+        epochs: m.count("--epochs", |r| r.epochs, 1..=100_000)?.unwrap_or(8),
+        batch: m.count("--batch", |r| r.batch, 1..=65_536)?.unwrap_or(64),
+        lr: m
+            .real("--lr", |r| r.lr, |x| x > 0.0, "above 0")?
+            .unwrap_or(0.002),
+        seed: m.any(|r| r.seed).unwrap_or(1),
+        size,
+        max_words: m.count("--max-words", |r| r.max_words, 1..=usize::MAX)?,
+        eval_words: m.count("--eval-words", |r| r.eval_words, 1..=usize::MAX)?,
+        beam: m.count("--beam", |r| r.beam, 1..=MAX_BEAM)?.unwrap_or(1),
+        eval_only: m.flag(|r| r.eval_only),
+        g2p_en: m.any(|r| r.g2p_en.clone()),
+    })
 }
 
 /// A batch: source ids (letters + `</s>`) and target phoneme ids.
@@ -169,6 +209,7 @@ fn transcribe(
 ) -> kiln_beam::Result<Vec<Vec<usize>>> {
     let src: Vec<Vec<usize>> = words.iter().map(|e| G2p::encode_word(&e.word)).collect();
     let search = || Ok(BeamSearch::new(vec![make()?], search_config(beam)));
+    // one thread per core at most (decode_parallel starts no more than there are mini-batches)
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     Ok(decode_parallel(&src, &search, 32, threads)?.best_words(G2p::EOS))
 }
@@ -230,7 +271,8 @@ fn run(o: &Options) -> kiln_beam::Result<()> {
     report("attention", &test, &pred, t.elapsed().as_secs_f64(), o.beam);
     if let Some(p) = &o.g2p_en {
         let t = Instant::now();
-        let make = || -> kiln_beam::Result<Box<dyn Scorer>> { Ok(Box::new(G2p::load(p)?)) };
+        let g2p = G2p::load(p)?;
+        let make = || -> kiln_beam::Result<Box<dyn Scorer>> { Ok(Box::new(g2p.clone())) };
         let pred = transcribe(&test, o.beam, &make)?;
         report("g2p-en", &test, &pred, t.elapsed().as_secs_f64(), o.beam);
     }
@@ -304,9 +346,77 @@ fn train_model(
 }
 
 fn main() {
-    let o = common::options_or_exit("kiln-g2p-train", USAGE, parse);
+    let cli = Raw::parse();
+    let o = resolve(&cli).unwrap_or_else(|e| common::exit_usage(Raw::command(), &e));
     if let Err(e) = run(&o) {
         eprintln!("kiln-g2p-train: {e}");
         std::process::exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn cli(args: &[&str]) -> Raw {
+        Raw::try_parse_from(std::iter::once("kiln-g2p-train").chain(args.iter().copied())).unwrap()
+    }
+
+    fn merged(cli: &Raw, file: &str) -> Result<Options, OptionError> {
+        let path = Path::new("train.yml");
+        let file: Raw = common::parse_config(path, file)?;
+        options(&Merge {
+            cli,
+            file: &file,
+            path: Some(path),
+        })
+    }
+
+    #[test]
+    fn defaults_the_config_file_and_the_command_line() {
+        let o = merged(&cli(&[]), "").unwrap();
+        assert_eq!((o.epochs, o.batch, o.beam, o.seed), (8, 64, 1, 1));
+        assert_eq!(o.size, [48, 96, 192, 96, 48]);
+        assert_eq!(o.dict, "data/cmudict/cmudict.dict");
+        let file = "epochs: 10\nsize: [8, 16, 32, 16, 8]\nlr: 0.01\neval-only: true\n";
+        let o = merged(&cli(&[]), file).unwrap();
+        assert_eq!(
+            (o.epochs, o.size, o.lr, o.eval_only),
+            (10, [8, 16, 32, 16, 8], 0.01, true)
+        );
+        let o = merged(&cli(&["--epochs", "2", "--size", "1,2,3,4,5"]), file).unwrap();
+        assert_eq!((o.epochs, o.size), (2, [1, 2, 3, 4, 5]));
+        assert_eq!(merged(&cli(&[]), "size: 4,4,4,4,4\n").unwrap().size, [4; 5]);
+    }
+
+    #[test]
+    fn bad_values_are_refused_naming_the_option() {
+        for (args, option) in [
+            (&["--lr", "nan"][..], "--lr"),
+            (&["--lr", "-1"], "--lr"),
+            (&["--batch", "0"], "--batch"),
+            (&["--beam", "0"], "--beam"),
+            (&["--epochs", "0"], "--epochs"),
+            (&["--size", "1,2,3"], "--size"),
+            (&["--size", "1,2,3,4,100000"], "--size"),
+            (&["--max-words", "0"], "--max-words"),
+        ] {
+            let e = merged(&cli(args), "").unwrap_err().to_string();
+            assert!(e.starts_with(option), "{args:?}: {e}");
+        }
+        let e = merged(&cli(&[]), "lr: .nan\n").unwrap_err().to_string();
+        assert!(e.starts_with("--lr") && e.contains("train.yml"), "{e}");
+        let e = merged(&cli(&[]), "learning-rate: 1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("learning-rate") && e.contains("train.yml"),
+            "{e}"
+        );
+        for args in [["--beam", "2.5"], ["--seed", "-1"], ["--size", "1,x,3,4,5"]] {
+            let e = Raw::try_parse_from(["kiln-g2p-train"].iter().chain(&args)).unwrap_err();
+            assert!(e.to_string().contains(args[0]), "{e}");
+        }
     }
 }

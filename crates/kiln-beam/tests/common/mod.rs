@@ -7,16 +7,27 @@ use std::process::{Command, Stdio};
 
 /// Runs `kiln-translate` with `args`, feeding `input` on stdin: (stdout, stderr, exit code).
 pub fn translate_cli(args: &[&str], input: &[u8]) -> (String, String, i32) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kiln-translate"))
+    run_cli(env!("CARGO_BIN_EXE_kiln-translate"), args, input)
+}
+
+/// Runs the program `exe` with `args`, feeding `input` on stdin: (stdout, stderr, exit code).
+pub fn run_cli(exe: &str, args: &[&str], input: &[u8]) -> (String, String, i32) {
+    let mut child = Command::new(exe)
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // from another thread: the program writes output while it reads, and both pipes are finite
+    let mut stdin = child.stdin.take().unwrap();
+    let input = input.to_vec();
     // a child that fails early (a bad model) may exit before reading its input
-    let _ = child.stdin.take().unwrap().write_all(input);
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
     let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
     (
         String::from_utf8(out.stdout).unwrap(),
         String::from_utf8(out.stderr).unwrap(),
