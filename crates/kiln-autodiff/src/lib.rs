@@ -160,7 +160,7 @@ pub fn vjp(
         .map(
             |w| match index.get(&Arc::as_ptr(w)).and_then(|&i| adj[i].clone()) {
                 Some(g) => g,
-                None => build::full(w.shape().clone(), Scalar::Float(0.0), w.dtype()),
+                None => build::full_like(w, Scalar::Float(0.0)),
             },
         )
         .collect())
@@ -197,6 +197,6 @@ pub fn grad(loss: &NodeRef, wrt: &[&NodeRef]) -> Result<Vec<NodeRef>> {
             loss.dtype(),
         ));
     }
-    let one = build::full(loss.shape().clone(), Scalar::Float(1.0), loss.dtype());
+    let one = build::full_like(loss, Scalar::Float(1.0));
     vjp(&[loss], &[&one], wrt)
 }

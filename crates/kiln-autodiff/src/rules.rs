@@ -21,7 +21,7 @@ fn un(op: U, a: &NodeRef) -> Result<NodeRef> {
 }
 
 fn zeros_like(x: &NodeRef) -> NodeRef {
-    build::full(x.shape().clone(), Scalar::Float(0.0), x.dtype())
+    build::full_like(x, Scalar::Float(0.0))
 }
 
 /// `where(mask, g, 0)`.
@@ -104,7 +104,7 @@ pub fn vjp(node: &NodeRef, ins: &[NodeRef], pos: usize, g: &NodeRef) -> Result<O
                     // entries at the zero and 0 elsewhere; with two or more zeros it is 0.
                     let ax: Vec<isize> = axes.iter().map(|&a| a as isize).collect();
                     let is_zero = sc(B::Eq, x, 0.0)?;
-                    let one = build::full(x.shape().clone(), Scalar::Float(1.0), x.dtype());
+                    let one = build::full_like(x, Scalar::Float(1.0));
                     let nz = build::where_(&is_zero, &one, x)?;
                     let p_nz = build::broadcast_to(
                         &build::reduce(ReduceOp::Prod, &nz, Some(&ax), true)?,
@@ -242,7 +242,7 @@ fn binary(
                 // y * log(a), with log(0) replaced so that 0^b contributes 0 (as JAX)
                 let safe = build::where_(
                     &sc(B::Eq, a, 0.0)?,
-                    &build::full(a.shape().clone(), Scalar::Float(1.0), a.dtype()),
+                    &build::full_like(a, Scalar::Float(1.0)),
                     a,
                 )?;
                 bin(B::Mul, g, &bin(B::Mul, y, &un(U::Log, &safe)?)?)?

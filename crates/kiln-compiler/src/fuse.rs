@@ -3,14 +3,16 @@
 //!
 //! **Policy.** A value is materialised (gets a slot) when it is a requested output, the
 //! result of a non-elementwise op (reduce, argreduce, matmul, take, scatter_add, top_k,
-//! concat), an operand that such an op must read through a view, the input of a
-//! permute, slice or size-changing reshape (which then read it in place as a strided view),
+//! concat), an operand that such an op must read through a view (through a slice of a
+//! computed value: the sliced operand itself, so only what is read is computed), the input
+//! of a permute or size-changing reshape (which then read it in place as a strided view),
 //! a non-contiguous view that a reshape merges dimensions of, or an *expensive* elementwise
 //! subtree (cost ≥ [`EXPENSIVE`], transcendental ops counting 8 and arithmetic 1) that has
 //! several users other than reductions (which recompute it in their prologue rather than pay
 //! a write and a read of the array), or an elementwise subtree of more than one operation
 //! (cost ≥ [`BROADCAST_COST`]) that is broadcast. Everything else is recomputed inside its users' kernels:
-//! elementwise trees and broadcasts fuse into one pass; elementwise producers fuse into
+//! elementwise trees and broadcasts fuse into one pass, slices of them compute only the
+//! elements they select; elementwise producers fuse into
 //! reductions as a prologue; the elementwise consumers of a matmul that only they read fuse
 //! into it as an epilogue. Values that are the same for every element (scalars and
 //! arithmetic on them) are computed once per run on the host (the plan's prelude).
@@ -188,11 +190,22 @@ pub fn fuse_for(g: &Graph, n_scalars: u32, target: Target) -> Fused {
                 for &j in &node.inputs {
                     // walk down through movement ops to the value the view starts from
                     let mut k = j as usize;
+                    let mut sliced = false;
                     while class[k] == Class::Movement && !mat[k] {
+                        sliced |= matches!(g.nodes[k].op, Op::Slice { .. });
                         k = g.nodes[k].inputs[0] as usize;
                     }
-                    if computed(&class, &mat, k) {
-                        mat[k] = true;
+                    // A uniform value is filled at the operand's own shape when the kernel
+                    // is built (`view_input`): never at the size of what the view selects
+                    // from (a slice of a huge broadcast). A computed value read through a
+                    // slice is computed where the slice reads it (the operand itself is
+                    // materialised), not everywhere.
+                    if computed(&class, &mat, k) && class[k] != Class::Uniform {
+                        if sliced {
+                            mat[j as usize] = true;
+                        } else {
+                            mat[k] = true;
+                        }
                     }
                 }
             }
@@ -210,12 +223,16 @@ pub fn fuse_for(g: &Graph, n_scalars: u32, target: Target) -> Fused {
                         contiguous[i] = true;
                     }
                     Op::BroadcastTo => contiguous[i] = false,
-                    Op::Permute(_) | Op::Slice { .. } => {
+                    Op::Permute(_) => {
                         if src_computed {
                             mat[j] = true;
                         }
                         contiguous[i] = false;
                     }
+                    // a slice of a computed value computes it only where it reads (views
+                    // pass through elementwise programs); pass B still materialises an
+                    // expensive value with several readers
+                    Op::Slice { .. } => contiguous[i] = false,
                     _ => {}
                 }
             }

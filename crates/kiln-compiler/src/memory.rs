@@ -31,10 +31,13 @@ fn identity_view(k: &Kernel, input: usize) -> bool {
         && non1(&v.base) == non1(&k.space)
 }
 
+/// A free buffer: its capacity, when it was freed (a sequence number), its index.
+type FreeEntry = (usize, u64, u32);
+
 /// The free buffers of each dtype, ordered by capacity, then by the order they were freed.
 #[derive(Default)]
 struct FreeList {
-    by_dtype: Vec<(DType, BTreeSet<(usize, u64, u32)>)>,
+    by_dtype: Vec<(DType, BTreeSet<FreeEntry>)>,
     freed: u64,
 }
 
@@ -45,7 +48,7 @@ impl FreeList {
         self.set(dtype).insert((capacity, seq, b));
     }
 
-    fn set(&mut self, dtype: DType) -> &mut BTreeSet<(usize, u64, u32)> {
+    fn set(&mut self, dtype: DType) -> &mut BTreeSet<FreeEntry> {
         let i = match self.by_dtype.iter().position(|(d, _)| *d == dtype) {
             Some(i) => i,
             None => {

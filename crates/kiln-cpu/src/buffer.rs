@@ -10,7 +10,7 @@
 //! Depends on [`crate::typed`] and `kiln-ir`.
 
 use crate::typed::{TSlice, TSliceMut, TypedVec, ALIGN_BYTES};
-use kiln_ir::{DType, HostData, HostVec, Recycle};
+use kiln_ir::{DType, Error, HostData, HostVec, Recycle, Result};
 use std::sync::Mutex;
 
 /// A CPU buffer: owned storage, or caller data shared without a copy.
@@ -169,44 +169,63 @@ impl BufferPool {
 
     /// A vector of `len` elements of `dtype` (contents unspecified but initialised). A reused
     /// vector is not cleared: only elements beyond its previous length are written (zeros),
-    /// so a hit costs no pass over the storage.
+    /// so a hit costs no pass over the storage. For the interpreter's registers and scratch:
+    /// what the plan's buffers take goes through [`BufferPool::try_take`].
     pub fn take(&self, dtype: DType, len: usize) -> TypedVec {
-        if len > 0 {
-            let found = {
-                let mut p = self.lock();
-                let c = class_of(len);
-                // Room for the padding that aligns the elements (`Aligned::realign`).
-                let need = len + ALIGN_BYTES / dtype.size_bytes();
-                let lists = &mut p.free[dtype_index(dtype)];
-                let mut found = None;
-                for class in [c, c + 1] {
-                    if class >= CLASSES {
-                        break;
-                    }
-                    let list = &mut lists[class];
-                    if let Some(i) = list
-                        .iter()
-                        .rposition(|e| e.v.capacity() >= need && e.v.capacity() <= 2 * len)
-                    {
-                        found = Some(list.swap_remove(i).v);
-                        break;
-                    }
-                }
-                match &found {
-                    Some(v) => {
-                        p.bytes -= v.capacity() * dtype.size_bytes();
-                        p.hits += 1;
-                    }
-                    None => p.misses += 1,
-                }
-                found
-            };
-            if let Some(mut v) = found {
-                v.set_len_zeroed(len);
-                return v;
-            }
+        self.reuse(dtype, len).unwrap_or_else(|| fresh(dtype, len))
+    }
+
+    /// [`BufferPool::take`], or [`Error::OutOfMemory`] when a new vector cannot be allocated
+    /// (instead of aborting the process).
+    ///
+    /// ```
+    /// use kiln_cpu::BufferPool;
+    /// let pool = BufferPool::new(1 << 20);
+    /// assert_eq!(pool.try_take(kiln_ir::DType::F32, 10).unwrap().len(), 10);
+    /// assert!(pool.try_take(kiln_ir::DType::F32, 1 << 60).is_err());
+    /// ```
+    pub fn try_take(&self, dtype: DType, len: usize) -> Result<TypedVec> {
+        match self.reuse(dtype, len) {
+            Some(v) => Ok(v),
+            None => try_fresh(dtype, len),
         }
-        fresh(dtype, len)
+    }
+
+    fn reuse(&self, dtype: DType, len: usize) -> Option<TypedVec> {
+        if len == 0 {
+            return None;
+        }
+        let found = {
+            let mut p = self.lock();
+            let c = class_of(len);
+            // Room for the padding that aligns the elements (`Aligned::realign`).
+            let need = len.saturating_add(ALIGN_BYTES / dtype.size_bytes());
+            let lists = &mut p.free[dtype_index(dtype)];
+            let mut found = None;
+            for class in [c, c + 1] {
+                if class >= CLASSES {
+                    break;
+                }
+                let list = &mut lists[class];
+                if let Some(i) = list.iter().rposition(|e| {
+                    e.v.capacity() >= need && e.v.capacity() <= len.saturating_mul(2)
+                }) {
+                    found = Some(list.swap_remove(i).v);
+                    break;
+                }
+            }
+            match &found {
+                Some(v) => {
+                    p.bytes -= v.capacity() * dtype.size_bytes();
+                    p.hits += 1;
+                }
+                None => p.misses += 1,
+            }
+            found
+        };
+        let mut v = found?;
+        v.set_len_zeroed(len);
+        Some(v)
     }
 
     /// Hands a vector back. It is kept, making room by freeing the least recently released
@@ -328,6 +347,16 @@ fn fresh(dtype: DType, len: usize) -> TypedVec {
     let v = TypedVec::zeros(dtype, len);
     advise_huge_pages(&v);
     v
+}
+
+fn try_fresh(dtype: DType, len: usize) -> Result<TypedVec> {
+    let v = TypedVec::try_zeros(dtype, len).ok_or_else(|| Error::OutOfMemory {
+        op: "eval",
+        bytes: (len as u64).saturating_mul(dtype.size_bytes() as u64),
+        what: format!("a buffer of {len} {dtype} elements"),
+    })?;
+    advise_huge_pages(&v);
+    Ok(v)
 }
 
 #[cfg(all(target_os = "linux", not(miri)))]

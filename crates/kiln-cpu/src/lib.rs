@@ -159,7 +159,7 @@ impl Backend for CpuBackend {
     }
 
     fn allocate(&self, dtype: DType, len: usize) -> Result<CpuBuffer> {
-        Ok(CpuBuffer::Owned(POOL.take(dtype, len)))
+        Ok(CpuBuffer::Owned(POOL.try_take(dtype, len)?))
     }
 
     fn release(&self, buffer: CpuBuffer) {

@@ -192,6 +192,10 @@ macro_rules! with_variant {
 }
 pub(crate) use with_variant;
 
+/// From this size on, [`Aligned::try_zeroed`] asks the allocator whether it can have the
+/// memory before allocating it (smaller requests cannot fail short of the whole machine).
+const TRY_RESERVE_MIN_BYTES: usize = 1 << 20;
+
 /// The boundary [`Aligned`] storage starts on: one cache line, one AVX-512 vector.
 pub const ALIGN_BYTES: usize = 64;
 
@@ -226,6 +230,26 @@ impl<T: Copy + Default> Aligned<T> {
         let mut v = Aligned { vec, lead: 0 };
         v.realign(len);
         v
+    }
+
+    /// [`Aligned::zeroed`], or `None` when the memory cannot be had: the length with its
+    /// padding overflows, or the allocator refuses it. Large requests are first reserved
+    /// with `try_reserve_exact` (an allocation that can fail instead of aborting), released
+    /// and allocated again zeroed, so they keep fresh, lazily zeroed pages.
+    ///
+    /// ```
+    /// use kiln_cpu::Aligned;
+    /// assert_eq!(Aligned::<f64>::try_zeroed(10).map(|v| v.len()), Some(10));
+    /// assert!(Aligned::<f64>::try_zeroed(usize::MAX - 2).is_none());
+    /// assert!(Aligned::<f32>::try_zeroed(1 << 60).is_none()); // 4 EiB
+    /// ```
+    pub fn try_zeroed(len: usize) -> Option<Aligned<T>> {
+        let n = len.checked_add(Self::PAD)?;
+        if n.checked_mul(std::mem::size_of::<T>())? >= TRY_RESERVE_MIN_BYTES {
+            let mut probe: Vec<T> = Vec::new();
+            probe.try_reserve_exact(n).ok()?;
+        }
+        Some(Aligned::zeroed(len))
     }
 
     /// Wraps a vector as it is (no copy; its first element starts where the allocator put
@@ -324,6 +348,12 @@ impl TypedVec {
     /// lazily zeroed pages for large lengths).
     pub fn zeros(dtype: DType, len: usize) -> TypedVec {
         with_dtype!(dtype, T => T::wrap_aligned(Aligned::zeroed(len)))
+    }
+
+    /// [`TypedVec::zeros`], or `None` when the memory cannot be had
+    /// ([`Aligned::try_zeroed`]).
+    pub fn try_zeros(dtype: DType, len: usize) -> Option<TypedVec> {
+        with_dtype!(dtype, T => Aligned::try_zeroed(len).map(T::wrap_aligned))
     }
 
     /// The dtype.

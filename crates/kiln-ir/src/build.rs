@@ -53,7 +53,17 @@ impl SliceArg {
     }
 }
 
-fn mk(op: Op, dtype: DType, shape: Shape, inputs: &[&NodeRef]) -> NodeRef {
+/// A new node whose shape may be larger than its operands' (a broadcast, a product, a
+/// gather, a new leaf): its size is checked against [`crate::MAX_ELEMENTS`], so no shape
+/// anywhere after it can overflow `usize`.
+fn mk(op: Op, dtype: DType, shape: Shape, inputs: &[&NodeRef]) -> Result<NodeRef> {
+    shape.check_size(op.name(), dtype)?;
+    Ok(mk_within(op, dtype, shape, inputs))
+}
+
+/// A new node no larger than one of its operands (or rank 0): its size needs no check.
+fn mk_within(op: Op, dtype: DType, shape: Shape, inputs: &[&NodeRef]) -> NodeRef {
+    debug_assert!(shape.numel() <= crate::MAX_ELEMENTS);
     let inputs: SmallVec<[NodeRef; 2]> = inputs.iter().map(|n| (*n).clone()).collect();
     debug_assert!(
         {
@@ -75,6 +85,7 @@ fn mk(op: Op, dtype: DType, shape: Shape, inputs: &[&NodeRef]) -> NodeRef {
 /// assert!(build::data(HostData::from(vec![1.0f32; 5]), Shape::from([2, 3])).is_err());
 /// ```
 pub fn data(data: HostData, shape: Shape) -> Result<NodeRef> {
+    shape.check_size("from_vec", data.dtype())?;
     if data.len() != shape.numel() {
         return Err(Error::DataLength {
             op: "from_vec",
@@ -94,19 +105,34 @@ pub fn data(data: HostData, shape: Shape) -> Result<NodeRef> {
 /// assert_eq!(s.shape().rank(), 0);
 /// ```
 pub fn scalar(value: Scalar, dtype: DType) -> NodeRef {
-    mk(Op::Scalar(value.cast(dtype)), dtype, Shape::scalar(), &[])
+    mk_within(Op::Scalar(value.cast(dtype)), dtype, Shape::scalar(), &[])
 }
 
 /// `value` broadcast to `shape` (numpy's `full`).
 ///
 /// ```
 /// use kiln_ir::{build, Scalar, DType, Shape};
-/// let z = build::full(Shape::from([2, 2]), Scalar::Int(0), DType::F32);
+/// let z = build::full(Shape::from([2, 2]), Scalar::Int(0), DType::F32).unwrap();
 /// assert_eq!(z.shape().dims(), &[2, 2]);
+/// assert!(build::full(Shape::from([1 << 40, 1 << 30]), Scalar::Int(0), DType::F32).is_err());
 /// ```
-pub fn full(shape: Shape, value: Scalar, dtype: DType) -> NodeRef {
+pub fn full(shape: Shape, value: Scalar, dtype: DType) -> Result<NodeRef> {
     let s = scalar(value, dtype);
-    broadcast_to(&s, &shape).expect("a scalar broadcasts to any shape")
+    broadcast_to(&s, &shape)
+}
+
+/// `value` broadcast to the shape and dtype of an existing node (no size check needed:
+/// that node's shape was checked when it was built).
+///
+/// ```
+/// use kiln_ir::{build, HostData, Scalar, Shape};
+/// let a = build::data(HostData::from(vec![1.0f32; 6]), Shape::from([2, 3])).unwrap();
+/// let z = build::full_like(&a, Scalar::Float(0.0));
+/// assert_eq!((z.shape().dims(), z.dtype()), (&[2usize, 3][..], a.dtype()));
+/// ```
+pub fn full_like(like: &NodeRef, value: Scalar) -> NodeRef {
+    let s = scalar(value, like.dtype());
+    mk_within(Op::BroadcastTo, like.dtype(), like.shape().clone(), &[&s])
 }
 
 /// The index along `axis` of every element of `shape`, as `dtype`.
@@ -125,7 +151,7 @@ pub fn iota(shape: Shape, axis: isize, dtype: DType) -> Result<NodeRef> {
             hint: "use an integer or float dtype".into(),
         });
     }
-    Ok(mk(Op::Iota { axis }, dtype, shape, &[]))
+    mk(Op::Iota { axis }, dtype, shape, &[])
 }
 
 /// Random numbers of a float `dtype` from a counter-based generator.
@@ -143,7 +169,7 @@ pub fn random(shape: Shape, dtype: DType, dist: Distribution, seed: u64) -> Resu
             hint: "random numbers are generated as f32 or f64; cast the result".into(),
         });
     }
-    Ok(mk(Op::Random { dist, seed }, dtype, shape, &[]))
+    mk(Op::Random { dist, seed }, dtype, shape, &[])
 }
 
 /// Conversion to `dtype` (no node if it already has it). See [`Op::Cast`] for the rules.
@@ -157,7 +183,7 @@ pub fn cast(a: &NodeRef, dtype: DType) -> NodeRef {
     if a.dtype() == dtype {
         return a.clone();
     }
-    mk(Op::Cast, dtype, a.shape().clone(), &[a])
+    mk_within(Op::Cast, dtype, a.shape().clone(), &[a])
 }
 
 /// An elementwise unary op. Float-valued ops (`exp`, `sqrt`, ...) cast integers to `f64`;
@@ -174,10 +200,20 @@ pub fn unary(op: UnaryOp, a: &NodeRef) -> Result<NodeRef> {
     let d = a.dtype();
     if op == UnaryOp::LogicalNot {
         let b = cast(a, DType::Bool);
-        return Ok(mk(Op::Unary(op), DType::Bool, a.shape().clone(), &[&b]));
+        return Ok(mk_within(
+            Op::Unary(op),
+            DType::Bool,
+            a.shape().clone(),
+            &[&b],
+        ));
     }
     if op == UnaryOp::IsNan {
-        return Ok(mk(Op::Unary(op), DType::Bool, a.shape().clone(), &[a]));
+        return Ok(mk_within(
+            Op::Unary(op),
+            DType::Bool,
+            a.shape().clone(),
+            &[a],
+        ));
     }
     let rounding = matches!(op, UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round);
     if (d.is_int() && rounding)
@@ -198,7 +234,12 @@ pub fn unary(op: UnaryOp, a: &NodeRef) -> Result<NodeRef> {
     } else {
         a.clone()
     };
-    Ok(mk(Op::Unary(op), a.dtype(), a.shape().clone(), &[&a]))
+    Ok(mk_within(
+        Op::Unary(op),
+        a.dtype(),
+        a.shape().clone(),
+        &[&a],
+    ))
 }
 
 /// Broadcasts `a` to `target` (numpy's `broadcast_to`): prepends size-1 axes as needed.
@@ -229,7 +270,7 @@ pub fn broadcast_to(a: &NodeRef, target: &Shape) -> Result<NodeRef> {
     }
     // One node, the missing leading axes included (no `Reshape` before it): a bias or a
     // scalar broadcast in a loop costs one node to build, trace and drop, not two.
-    Ok(mk(Op::BroadcastTo, a.dtype(), target.clone(), &[a]))
+    mk(Op::BroadcastTo, a.dtype(), target.clone(), &[a])
 }
 
 trait RankOf {
@@ -263,7 +304,7 @@ fn reshape_to(a: &NodeRef, shape: Shape) -> NodeRef {
     if a.shape() == &shape {
         return a.clone();
     }
-    mk(Op::Reshape, a.dtype(), shape, &[a])
+    mk_within(Op::Reshape, a.dtype(), shape, &[a])
 }
 
 /// The result dtype and the op actually computed for `op` on operands promoted to `dt`.
@@ -327,7 +368,7 @@ fn binary_in(op: BinaryOp, a: &NodeRef, b: &NodeRef, dt: DType) -> Result<NodeRe
     } else {
         compute
     };
-    Ok(mk(Op::Binary(op), out, shape, &[&a, &b]))
+    mk(Op::Binary(op), out, shape, &[&a, &b])
 }
 
 /// A binary op between an array and a *weak* Rust scalar (NEP 50): `f32_array * 2.0` stays
@@ -385,7 +426,7 @@ pub fn where_(cond: &NodeRef, a: &NodeRef, b: &NodeRef) -> Result<NodeRef> {
     let c = conform(cond, DType::Bool, &shape)?;
     let a = conform(a, dt, &shape)?;
     let b = conform(b, dt, &shape)?;
-    Ok(mk(Op::Where, dt, shape, &[&c, &a, &b]))
+    mk(Op::Where, dt, shape, &[&c, &a, &b])
 }
 
 /// Reshape with numpy's rules: at most one `-1`, inferred from the element count.
@@ -474,7 +515,7 @@ pub fn permute(a: &NodeRef, axes: &[isize]) -> Result<NodeRef> {
         return Ok(a.clone());
     }
     let shape = Shape(perm.iter().map(|&p| a.shape().0[p]).collect());
-    Ok(mk(Op::Permute(perm), a.dtype(), shape, &[a]))
+    Ok(mk_within(Op::Permute(perm), a.dtype(), shape, &[a]))
 }
 
 /// Slicing with numpy's rules for `start:stop:step`, integer indices and new axes; axes not
@@ -542,7 +583,10 @@ pub fn slice(a: &NodeRef, args: &[SliceArg]) -> Result<NodeRef> {
                 let n = shape.0[axis] as i64;
                 let (b, len) = slice_bounds(n, b, e, st as i64);
                 start.push(b);
-                step.push(st as i64);
+                // With at most one element the step is never applied: storing 1 keeps every
+                // later stride product in range (`a[::isize::MIN]`); with two or more it is
+                // below the axis' size.
+                step.push(if len <= 1 { 1 } else { st as i64 });
                 sliced.push(len);
                 out.push(len);
                 axis += 1;
@@ -563,7 +607,7 @@ pub fn slice(a: &NodeRef, args: &[SliceArg]) -> Result<NodeRef> {
                 *b = 0;
             }
         }
-        mk(Op::Slice { start, step }, a.dtype(), Shape(sliced), &[a])
+        mk_within(Op::Slice { start, step }, a.dtype(), Shape(sliced), &[a])
     };
     Ok(reshape_to(&s, Shape(out)))
 }
@@ -586,14 +630,16 @@ fn slice_bounds(n: i64, start: Option<isize>, stop: Option<isize>, step: i64) ->
             stop.map_or(-1, |v| norm(v, -1, n - 1)),
         )
     };
+    // in i128: a step of i64::MAX or i64::MIN must not overflow the rounding
+    let (b128, e128, step) = (b as i128, e as i128, step as i128);
     let len = if step > 0 {
-        if e > b {
-            (e - b + step - 1) / step
+        if e128 > b128 {
+            (e128 - b128 + step - 1) / step
         } else {
             0
         }
-    } else if b > e {
-        (b - e + (-step) - 1) / (-step)
+    } else if b128 > e128 {
+        (b128 - e128 - step - 1) / -step
     } else {
         0
     };
@@ -640,7 +686,7 @@ pub fn concat(parts: &[NodeRef], axis: isize) -> Result<NodeRef> {
             });
         }
         dt = DType::promote(dt, p.dtype());
-        total += p.shape().0[ax];
+        total = add_dims("concat", total, p.shape().0[ax])?;
     }
     if parts.len() == 1 {
         return Ok(first.clone());
@@ -649,7 +695,20 @@ pub fn concat(parts: &[NodeRef], axis: isize) -> Result<NodeRef> {
     let refs: Vec<&NodeRef> = cast_parts.iter().collect();
     let mut shape = first.shape().clone();
     shape.0[ax] = total;
-    Ok(mk(Op::Concat { axis: ax }, dt, shape, &refs))
+    mk(Op::Concat { axis: ax }, dt, shape, &refs)
+}
+
+/// `a + b` for the sum of two dimensions, an error naming `op` past `usize` (each is a
+/// real dimension, the sum may still overflow: `concat` of two `[1 << 63]` arrays).
+fn add_dims(op: &'static str, a: usize, b: usize) -> Result<usize> {
+    a.checked_add(b).ok_or_else(|| Error::InvalidArgument {
+        op,
+        message: format!(
+            "the sizes along the axis add up to {} ({a} + {b}), more than an array may have",
+            a as u128 + b as u128
+        ),
+        hint: "use smaller arrays".into(),
+    })
 }
 
 fn drop_axes(shape: &Shape, axes: &[usize]) -> Shape {
@@ -707,7 +766,7 @@ pub fn reduce(
     for &x in &axes {
         kept.0[x] = 1;
     }
-    let r = mk(
+    let r = mk_within(
         Op::Reduce {
             op,
             axes: axes.iter().copied().collect(),
@@ -773,7 +832,7 @@ pub fn arg_reduce(
     }
     let mut kept = src.shape().clone();
     kept.0[ax] = 1;
-    let r = mk(Op::ArgReduce { op, axis: ax }, DType::I64, kept, &[&src]);
+    let r = mk_within(Op::ArgReduce { op, axis: ax }, DType::I64, kept, &[&src]);
     Ok(reshape_to(&r, out_shape))
 }
 
@@ -841,7 +900,7 @@ pub fn matmul(a: &NodeRef, b: &NodeRef) -> Result<NodeRef> {
     };
     let a3 = conform(&a2, dt, &with([m, k]))?;
     let b3 = conform(&b2, dt, &with([k, n]))?;
-    let r = mk(Op::MatMul, dt, with([m, n]), &[&a3, &b3]);
+    let r = mk(Op::MatMul, dt, with([m, n]), &[&a3, &b3])?;
     let mut out = batch.clone();
     if sa.rank() > 1 {
         out.0.push(m);
@@ -880,12 +939,12 @@ pub fn take(a: &NodeRef, indices: &NodeRef, axis: isize) -> Result<NodeRef> {
             hint: "the indexed axis must be non-empty".into(),
         });
     }
-    Ok(mk(
+    mk(
         Op::Take { axis: ax },
         a.dtype(),
         Shape(shape),
         &[a, indices],
-    ))
+    )
 }
 
 /// The `k` largest elements along the last axis and their `i64` indices, in descending
@@ -913,8 +972,8 @@ pub fn top_k(a: &NodeRef, k: usize) -> Result<(NodeRef, NodeRef)> {
     let mut out = s.clone();
     let r = out.rank();
     out.0[r - 1] = k;
-    let v = mk(Op::TopK { k, indices: false }, a.dtype(), out.clone(), &[a]);
-    let i = mk(Op::TopK { k, indices: true }, DType::I64, out, &[a]);
+    let v = mk_within(Op::TopK { k, indices: false }, a.dtype(), out.clone(), &[a]);
+    let i = mk_within(Op::TopK { k, indices: true }, DType::I64, out, &[a]);
     Ok((v, i))
 }
 
@@ -962,12 +1021,12 @@ pub fn scatter_add(
             hint: format!("updates must have the target's shape with axis {ax} replaced by the indices' shape"),
         });
     }
-    Ok(mk(
+    mk(
         Op::ScatterAdd { axis: ax },
         updates.dtype(),
         shape,
         &[updates, indices],
-    ))
+    )
 }
 
 /// Identity that blocks gradients.
@@ -978,5 +1037,5 @@ pub fn scatter_add(
 /// assert_eq!(build::stop_gradient(&a).op().name(), "stop_gradient");
 /// ```
 pub fn stop_gradient(a: &NodeRef) -> NodeRef {
-    mk(Op::StopGradient, a.dtype(), a.shape().clone(), &[a])
+    mk_within(Op::StopGradient, a.dtype(), a.shape().clone(), &[a])
 }

@@ -15,6 +15,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Everything that can go wrong when building or evaluating an expression.
 ///
+/// Every variant but [`Error::Verifier`] names the operation the user called: an operation
+/// written with others (`mean` with `sum`) renames the errors of its parts
+/// ([`Error::with_op`]).
+///
 /// ```
 /// use kiln_ir::{Error, Shape};
 /// let e = Error::ShapeMismatch {
@@ -157,6 +161,29 @@ pub enum Error {
         /// The array's shape.
         shape: Shape,
     },
+    /// A shape with more elements than an array may have ([`crate::MAX_ELEMENTS`]), found
+    /// when the expression is built.
+    #[error("{op}: an array of shape {shape} would have {elements} elements, more than the {max} an array may have: use a smaller shape", max = crate::MAX_ELEMENTS)]
+    TooLarge {
+        /// The operation.
+        op: &'static str,
+        /// The shape asked for.
+        shape: Shape,
+        /// The dtype asked for.
+        dtype: DType,
+        /// The exact element count, in decimal.
+        elements: String,
+    },
+    /// Memory for a result could not be allocated, found at evaluation.
+    #[error("{op}: cannot allocate {bytes} bytes for {what}: the machine does not have that much memory free; evaluate smaller arrays or fewer at once")]
+    OutOfMemory {
+        /// The operation.
+        op: &'static str,
+        /// The bytes asked for.
+        bytes: u64,
+        /// What the memory was for.
+        what: String,
+    },
     /// An IR invariant does not hold (a bug in kiln, reported by the verifier).
     #[error("IR verifier: node {node} ({op}): {message}. This is a bug in kiln; please report it")]
     Verifier {
@@ -167,4 +194,61 @@ pub enum Error {
         /// The broken invariant.
         message: String,
     },
+}
+
+impl Error {
+    /// The operation the error names.
+    ///
+    /// ```
+    /// let e = kiln_ir::Error::InvalidAxis { op: "sum", axis: 3, rank: 2 };
+    /// assert_eq!(e.op(), "sum");
+    /// ```
+    pub fn op(&self) -> &str {
+        match self {
+            Error::ShapeMismatch { op, .. }
+            | Error::InvalidAxis { op, .. }
+            | Error::UnsupportedDType { op, .. }
+            | Error::DTypeMismatch { op, .. }
+            | Error::DataLength { op, .. }
+            | Error::InvalidReshape { op, .. }
+            | Error::ScalarOverflow { op, .. }
+            | Error::InvalidArgument { op, .. }
+            | Error::IndexOutOfRange { op, .. }
+            | Error::DivisionByZero { op, .. }
+            | Error::NegativeIntegerPower { op, .. }
+            | Error::NotAScalar { op, .. }
+            | Error::TooLarge { op, .. }
+            | Error::OutOfMemory { op, .. } => op,
+            Error::Verifier { op, .. } => op,
+        }
+    }
+
+    /// The same error naming `user_op`: what an operation written with others (`mean` with
+    /// `sum`, `softmax` with `max`) returns, so that the message names the call the user
+    /// made. A verifier error (a bug in kiln) keeps its node's op.
+    ///
+    /// ```
+    /// let e = kiln_ir::Error::InvalidAxis { op: "sum", axis: 3, rank: 2 };
+    /// assert!(e.with_op("mean").to_string().starts_with("mean: axis 3"));
+    /// ```
+    pub fn with_op(mut self, user_op: &'static str) -> Error {
+        match &mut self {
+            Error::ShapeMismatch { op, .. }
+            | Error::InvalidAxis { op, .. }
+            | Error::UnsupportedDType { op, .. }
+            | Error::DTypeMismatch { op, .. }
+            | Error::DataLength { op, .. }
+            | Error::InvalidReshape { op, .. }
+            | Error::ScalarOverflow { op, .. }
+            | Error::InvalidArgument { op, .. }
+            | Error::IndexOutOfRange { op, .. }
+            | Error::DivisionByZero { op, .. }
+            | Error::NegativeIntegerPower { op, .. }
+            | Error::NotAScalar { op, .. }
+            | Error::TooLarge { op, .. }
+            | Error::OutOfMemory { op, .. } => *op = user_op,
+            Error::Verifier { .. } => {}
+        }
+        self
+    }
 }

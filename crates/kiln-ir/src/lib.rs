@@ -35,7 +35,7 @@ pub use error::{Error, Result};
 pub use expr::{ExprNode, LazyExpr};
 pub use node::{Inputs, Node, NodeRef};
 pub use op::{ArgReduceOp, Axes, BinaryOp, Distribution, Op, ReduceOp, UnaryOp};
-pub use shape::Shape;
+pub use shape::{Shape, MAX_ELEMENTS};
 pub use trace::{
     resolve_shape, scalar_key_value, trace, Bindings, Dim, Key, SymShape, Trace, TracedNode,
 };

@@ -1,10 +1,19 @@
 //! Shapes, numpy broadcasting and axis normalisation.
 //!
-//! Depends on [`crate::error`] only.
+//! Depends on [`crate::error`] and [`crate::dtype`] (for the dtype a size error names).
 
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use smallvec::SmallVec;
 use std::fmt;
+
+/// The most elements one array may have: `isize::MAX / 8`, so that its bytes, for any
+/// dtype (at most 8 bytes an element), fit in an `isize`, Rust's bound on one allocation.
+///
+/// ```
+/// assert_eq!(kiln_ir::MAX_ELEMENTS, (1 << 60) - 1);
+/// ```
+pub const MAX_ELEMENTS: usize = isize::MAX as usize / 8;
 
 /// The dimensions of an array, outermost first. Rank 0 is a scalar.
 ///
@@ -36,13 +45,48 @@ impl Shape {
         self.0.len()
     }
 
-    /// The number of elements (1 for rank 0, 0 if any dimension is 0).
+    /// The number of elements (1 for rank 0, 0 if any dimension is 0). A product past
+    /// `usize::MAX` saturates there instead of wrapping, so it never equals a real count
+    /// (every node's shape has at most [`MAX_ELEMENTS`], checked when it is built).
     ///
     /// ```
-    /// assert_eq!(kiln_ir::Shape::from(&[4, 0][..]).numel(), 0);
+    /// use kiln_ir::Shape;
+    /// assert_eq!(Shape::from(&[4, 0][..]).numel(), 0);
+    /// assert_eq!(Shape::from(&[1 << 40, 1 << 30][..]).numel(), usize::MAX);
+    /// assert_eq!(Shape::from(&[1 << 40, 1 << 30, 0][..]).numel(), 0);
     /// ```
     pub fn numel(&self) -> usize {
-        self.0.iter().product()
+        self.0.iter().fold(1usize, |n, &d| n.saturating_mul(d))
+    }
+
+    /// Checks that an array of this shape and `dtype` can exist: at most [`MAX_ELEMENTS`]
+    /// elements, so its bytes fit in an `isize` whatever its dtype. `op` is the operation
+    /// named in the error.
+    ///
+    /// ```
+    /// use kiln_ir::{DType, Error, Shape};
+    /// assert!(Shape::from([1 << 20, 1 << 10]).check_size("zeros", DType::F32).is_ok());
+    /// let e = Shape::from([1 << 40, 1 << 30]).check_size("zeros", DType::F32).unwrap_err();
+    /// assert!(matches!(e, Error::TooLarge { op: "zeros", .. }));
+    /// assert!(e.to_string().contains("1180591620717411303424 elements"), "{e}");
+    /// ```
+    pub fn check_size(&self, op: &'static str, dtype: DType) -> Result<()> {
+        if self.numel() <= MAX_ELEMENTS {
+            return Ok(());
+        }
+        let exact = self
+            .0
+            .iter()
+            .try_fold(1u128, |n, &d| n.checked_mul(d as u128));
+        Err(Error::TooLarge {
+            op,
+            shape: self.clone(),
+            dtype,
+            elements: match exact {
+                Some(n) => n.to_string(),
+                None => "more than 2^128".into(),
+            },
+        })
     }
 
     /// The dimensions as a slice.

@@ -62,7 +62,7 @@ impl Array {
     /// # Ok::<(), kiln::Error>(())
     /// ```
     pub fn from_vec<T: Element>(data: Vec<T>, shape: &[usize]) -> Result<Array> {
-        Self::from_shared(Shared::from(data), shape)
+        Self::from_shared(Shared::from(data), shape).map_err(|e| e.with_op("from_vec"))
     }
 
     /// An array that shares `data` with the caller (no copy).
@@ -75,7 +75,7 @@ impl Array {
     /// # Ok::<(), kiln::Error>(())
     /// ```
     pub fn from_arc<T: Element>(data: Arc<[T]>, shape: &[usize]) -> Result<Array> {
-        Self::from_shared(Shared::from(data), shape)
+        Self::from_shared(Shared::from(data), shape).map_err(|e| e.with_op("from_arc"))
     }
 
     /// An array over a [`Shared`] buffer (a moved `Vec` or a shared slice).
@@ -86,10 +86,9 @@ impl Array {
     /// # Ok::<(), kiln::Error>(())
     /// ```
     pub fn from_shared<T: Element>(data: Shared<T>, shape: &[usize]) -> Result<Array> {
-        Ok(Array::from_node(build::data(
-            T::wrap(data),
-            Shape::from(shape),
-        )?))
+        let node =
+            build::data(T::wrap(data), Shape::from(shape)).map_err(|e| e.with_op("from_shared"))?;
+        Ok(Array::from_node(node))
     }
 
     /// A rank-0 array holding `value`, with `T`'s dtype (a *strong* scalar: unlike a bare
@@ -227,8 +226,11 @@ impl Array {
                 hint: "give one index per dimension".into(),
             });
         }
+        self.check_dtype::<T>("at")?;
         let args: Vec<crate::SliceArg> = index.iter().map(|&i| crate::SliceArg::Index(i)).collect();
-        self.try_slice(&args)?.item::<T>()
+        // evaluation errors keep the op that raised them; building the index names `at`
+        let element = crate::named("at", || self.try_slice(&args))?;
+        element.item::<T>()
     }
 
     fn check_dtype<T: Element>(&self, op: &'static str) -> Result<()> {

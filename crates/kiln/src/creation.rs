@@ -8,35 +8,85 @@ use crate::Array;
 use kiln_ir::{build, DType, Distribution, Error, Result, Scalar, Shape};
 
 impl Array {
-    /// An array of `value` (converted to `dtype`).
+    /// An array of `value` (converted to `dtype`), or an error: an integer that does not fit
+    /// `dtype` (numpy 2 raises too), or a shape with more elements than an array may have.
+    ///
+    /// ```
+    /// use kiln::{Array, DType, Error};
+    /// let a = Array::try_full(&[2], 7, DType::F32)?;
+    /// assert_eq!(a.to_vec::<f32>()?, vec![7.0, 7.0]);
+    /// let e = Array::try_full(&[2], 10_000_000_000i64, DType::I32).unwrap_err();
+    /// assert!(matches!(e, Error::ScalarOverflow { op: "full", .. }));
+    /// assert!(Array::try_full(&[1 << 40, 1 << 30], 0, DType::F32).is_err());
+    /// # Ok::<(), kiln::Error>(())
+    /// ```
+    pub fn try_full(shape: &[usize], value: impl Into<Scalar>, dtype: DType) -> Result<Array> {
+        let value = value.into();
+        if !value.fits(dtype) {
+            return Err(Error::ScalarOverflow {
+                op: "full",
+                value: value.to_string(),
+                dtype,
+            });
+        }
+        let node = build::full(Shape::from(shape), value, dtype).map_err(|e| e.with_op("full"))?;
+        Ok(Array::from_node(node))
+    }
+
+    /// Panicking form of [`Array::try_full`].
     ///
     /// ```
     /// let a = kiln::Array::full(&[2], 7, kiln::DType::F32);
     /// assert_eq!(a.to_vec::<f32>()?, vec![7.0, 7.0]);
     /// # Ok::<(), kiln::Error>(())
     /// ```
+    #[track_caller]
     pub fn full(shape: &[usize], value: impl Into<Scalar>, dtype: DType) -> Array {
-        Array::from_node(build::full(Shape::from(shape), value.into(), dtype))
+        crate::unwrap_or_panic(Array::try_full(shape, value, dtype))
     }
 
-    /// An array of zeros.
+    /// An array of zeros, or an error for a shape with more elements than an array may have.
+    ///
+    /// ```
+    /// use kiln::{Array, DType, Error};
+    /// assert_eq!(Array::try_zeros(&[2], DType::I32)?.to_vec::<i32>()?, vec![0, 0]);
+    /// let e = Array::try_zeros(&[1 << 40, 1 << 30], DType::F32).unwrap_err();
+    /// assert!(matches!(e, Error::TooLarge { op: "zeros", .. }));
+    /// # Ok::<(), kiln::Error>(())
+    /// ```
+    pub fn try_zeros(shape: &[usize], dtype: DType) -> Result<Array> {
+        Array::try_full(shape, Scalar::Int(0), dtype).map_err(|e| e.with_op("zeros"))
+    }
+
+    /// Panicking form of [`Array::try_zeros`].
     ///
     /// ```
     /// assert_eq!(kiln::Array::zeros(&[3], kiln::DType::I32).to_vec::<i32>()?, vec![0, 0, 0]);
     /// # Ok::<(), kiln::Error>(())
     /// ```
+    #[track_caller]
     pub fn zeros(shape: &[usize], dtype: DType) -> Array {
-        Array::full(shape, Scalar::Int(0), dtype)
+        crate::unwrap_or_panic(Array::try_zeros(shape, dtype))
     }
 
-    /// An array of ones.
+    /// An array of ones, or an error for a shape with more elements than an array may have.
+    ///
+    /// ```
+    /// assert!(kiln::Array::try_ones(&[usize::MAX, 2], kiln::DType::F64).is_err());
+    /// ```
+    pub fn try_ones(shape: &[usize], dtype: DType) -> Result<Array> {
+        Array::try_full(shape, Scalar::Int(1), dtype).map_err(|e| e.with_op("ones"))
+    }
+
+    /// Panicking form of [`Array::try_ones`].
     ///
     /// ```
     /// assert_eq!(kiln::Array::ones(&[2], kiln::DType::Bool).to_vec::<bool>()?, vec![true, true]);
     /// # Ok::<(), kiln::Error>(())
     /// ```
+    #[track_caller]
     pub fn ones(shape: &[usize], dtype: DType) -> Array {
-        Array::full(shape, Scalar::Int(1), dtype)
+        crate::unwrap_or_panic(Array::try_ones(shape, dtype))
     }
 
     /// An array of zeros with the shape and dtype of `like`.
@@ -144,13 +194,16 @@ impl Array {
     /// # Ok::<(), kiln::Error>(())
     /// ```
     pub fn uniform(shape: &[usize], low: f64, high: f64, seed: u64, dtype: DType) -> Result<Array> {
-        let r = Array::from_node(build::random(
-            Shape::from(shape),
-            dtype,
-            Distribution::Uniform,
-            seed,
-        )?);
-        Ok(r * (high - low) + low)
+        if !(low.is_finite() && high.is_finite() && (high - low).is_finite()) {
+            return Err(Error::InvalidArgument {
+                op: "uniform",
+                message: format!("low {low}, high {high}"),
+                hint: "use finite bounds whose difference is finite (numpy's range check)".into(),
+            });
+        }
+        let r = build::random(Shape::from(shape), dtype, Distribution::Uniform, seed)
+            .map_err(|e| e.with_op("uniform"))?;
+        Ok(Array::from_node(r) * (high - low) + low)
     }
 
     /// Normal random numbers with `mean` and standard deviation `std`, of a float `dtype`,
@@ -160,15 +213,19 @@ impl Array {
     /// let a = kiln::Array::normal(&[10_000], 0.0, 1.0, 7, kiln::DType::F64)?;
     /// let m = a.mean(None, false).item::<f64>()?;
     /// assert!(m.abs() < 0.05);
+    /// assert!(kiln::Array::normal(&[3], 0.0, -1.0, 7, kiln::DType::F64).is_err()); // numpy raises
     /// # Ok::<(), kiln::Error>(())
     /// ```
     pub fn normal(shape: &[usize], mean: f64, std: f64, seed: u64, dtype: DType) -> Result<Array> {
-        let r = Array::from_node(build::random(
-            Shape::from(shape),
-            dtype,
-            Distribution::Normal,
-            seed,
-        )?);
-        Ok(r * std + mean)
+        if !(mean.is_finite() && std.is_finite() && std >= 0.0) {
+            return Err(Error::InvalidArgument {
+                op: "normal",
+                message: format!("mean {mean}, std {std}"),
+                hint: "use a finite mean and a finite, non-negative standard deviation".into(),
+            });
+        }
+        let r = build::random(Shape::from(shape), dtype, Distribution::Normal, seed)
+            .map_err(|e| e.with_op("normal"))?;
+        Ok(Array::from_node(r) * std + mean)
     }
 }

@@ -2,8 +2,11 @@
 //! `True`/`False`, floats with at most 8 significant fractional digits and trailing zeros
 //! removed (`1.`, `0.25`), scientific notation for very large/small ranges, right-aligned
 //! columns, nested brackets, 75-column wrapping and `...` summaries above 1000 elements.
+//! A summarised array is cut to its edges (3 items at each end of every long axis) *before*
+//! it is evaluated, so printing a 16M-element array evaluates and formats 36 elements, as
+//! numpy formats only what it shows.
 //!
-//! Depends on [`crate::Array`] and `kiln-ir`'s data types.
+//! Depends on [`crate::Array`] (its slicing and `concat`) and `kiln-ir`'s data types.
 
 use crate::Array;
 use kiln_ir::{DType, HostData};
@@ -129,7 +132,10 @@ fn format_all(data: &HostData) -> Vec<String> {
     }
 }
 
-/// Writes the nested-bracket layout of `cells` (already padded) with `shape`.
+/// Writes the nested-bracket layout of `cells` (already padded) for an array of `shape`.
+/// With `summarize`, a long axis (more than `2 * EDGE` items) shows its first and last
+/// `EDGE` items around `...`, and `cells` holds only those (`strides` are the cells'), as
+/// [`edges`] leaves them.
 fn layout(
     out: &mut String,
     cells: &[String],
@@ -145,11 +151,12 @@ fn layout(
         return;
     }
     let n = shape[0];
+    // (position among the cells along this axis) for each item shown, None for "..."
     let shown: Vec<Option<usize>> = if summarize && n > 2 * EDGE {
         (0..EDGE)
             .map(Some)
             .chain(std::iter::once(None))
-            .chain((n - EDGE..n).map(Some))
+            .chain((EDGE..2 * EDGE).map(Some))
             .collect()
     } else {
         (0..n).map(Some).collect()
@@ -199,17 +206,45 @@ fn layout(
     out.push(']');
 }
 
-/// Renders host data of `shape` the way numpy's `str()` does.
+/// The part of `a` a summary shows: every axis longer than `2 * EDGE` cut to its first and
+/// last `EDGE` items (lazy: nothing else is evaluated).
+fn edges(a: &Array) -> kiln_ir::Result<Array> {
+    let mut x = a.clone();
+    for (axis, &n) in a.shape().iter().enumerate() {
+        if n > 2 * EDGE {
+            let mut head = vec![crate::SliceArg::range(None, None, 1); a.ndim()];
+            let mut tail = head.clone();
+            head[axis] = crate::SliceArg::range(None, Some(EDGE as isize), 1);
+            tail[axis] = crate::SliceArg::range(Some(-(EDGE as isize)), None, 1);
+            x = Array::try_concat(&[&x.try_slice(&head)?, &x.try_slice(&tail)?], axis as isize)?;
+        }
+    }
+    Ok(x)
+}
+
+/// Renders `data`, the values shown of an array of `shape` (all of them, or for an array
+/// of more than `THRESHOLD` elements its [`edges`]), the way numpy's `str()` does.
 pub(crate) fn render(data: &HostData, shape: &[usize]) -> String {
-    let summarize = data.len() > THRESHOLD;
+    let summarize = shape.iter().product::<usize>() > THRESHOLD;
     let mut cells = format_all(data);
     let width = cells.iter().map(|s| s.len()).max().unwrap_or(0);
     for c in &mut cells {
         *c = format!("{c:>width$}");
     }
+    // strides of the cells: each axis holds all its items, or 2 * EDGE when summarised
+    let held: Vec<usize> = shape
+        .iter()
+        .map(|&n| {
+            if summarize && n > 2 * EDGE {
+                2 * EDGE
+            } else {
+                n
+            }
+        })
+        .collect();
     let mut strides = vec![1; shape.len()];
     for i in (0..shape.len().saturating_sub(1)).rev() {
-        strides[i] = strides[i + 1] * shape[i + 1];
+        strides[i] = strides[i + 1] * held[i + 1];
     }
     if data.is_empty() {
         return "[]".into();
@@ -219,8 +254,8 @@ pub(crate) fn render(data: &HostData, shape: &[usize]) -> String {
     out
 }
 
-/// Prints like numpy's `str(array)`; evaluates the array. An evaluation error is printed in
-/// place of the values.
+/// Prints like numpy's `str(array)`; evaluates the array (a summarised one only where it
+/// is shown). An evaluation error is printed in place of the values.
 ///
 /// ```
 /// let a = kiln::Array::from_vec(vec![1.0f32, 2.5, -3.0, 4.0], &[2, 2])?;
@@ -231,7 +266,12 @@ pub(crate) fn render(data: &HostData, shape: &[usize]) -> String {
 /// ```
 impl fmt::Display for Array {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.data() {
+        let shown = if self.size() > THRESHOLD {
+            edges(self).and_then(|e| e.data())
+        } else {
+            self.data()
+        };
+        match shown {
             Ok(d) => f.write_str(&render(&d, self.shape())),
             Err(e) => write!(f, "<evaluation failed: {e}>"),
         }
@@ -267,7 +307,7 @@ mod tests {
         );
         assert_eq!(f64s(vec![], &[0]), "[]");
         assert_eq!(f64s(vec![], &[2, 0]), "[]");
-        let long: Vec<f64> = (0..2000).map(|x| x as f64).collect();
+        let long: Vec<f64> = [0.0, 1.0, 2.0, 1997.0, 1998.0, 1999.0].to_vec();
         assert_eq!(
             f64s(long, &[2000]),
             "[0.000e+00 1.000e+00 2.000e+00 ... 1.997e+03 1.998e+03 1.999e+03]"

@@ -58,8 +58,10 @@ impl Array {
                 hint: "class indices must be i32 or i64; cast them first".into(),
             });
         }
-        let classes = Array::from_node(build::iota(Shape::from([depth]), 0, self.dtype())?);
-        Ok(self.try_expand_dims(-1)?.try_eq(&classes)?.cast(dtype))
+        crate::named("one_hot", || {
+            let classes = Array::from_node(build::iota(Shape::from([depth]), 0, self.dtype())?);
+            Ok(self.try_expand_dims(-1)?.try_eq(&classes)?.cast(dtype))
+        })
     }
 
     /// Panicking form of [`Array::try_one_hot`].

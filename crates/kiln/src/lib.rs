@@ -55,6 +55,12 @@ pub use kiln_ir::{
 pub use movement::IntoSliceArg;
 pub use ops::{IntoOperand, Operand};
 
+/// Runs `f`, naming `op` in its build-time error: an operation written with others (`mean`
+/// with `sum`) reports the call the user made ([`Error::with_op`]).
+pub(crate) fn named<T>(op: &'static str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    f().map_err(|e| e.with_op(op))
+}
+
 /// Panics with the error's message, reporting the caller's location.
 #[track_caller]
 pub(crate) fn unwrap_or_panic<T>(r: Result<T>) -> T {

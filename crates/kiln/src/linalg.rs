@@ -47,6 +47,10 @@ impl Array {
     /// # Ok::<(), kiln::Error>(())
     /// ```
     pub fn try_dot(&self, rhs: &Array) -> Result<Array> {
+        crate::named("dot", || self.dot_impl(rhs))
+    }
+
+    fn dot_impl(&self, rhs: &Array) -> Result<Array> {
         let (ra, rb) = (self.ndim(), rhs.ndim());
         if ra == 0 || rb == 0 {
             return self.try_mul(rhs);

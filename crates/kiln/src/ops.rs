@@ -183,7 +183,7 @@ impl Array {
     /// # Ok::<(), kiln::Error>(())
     /// ```
     pub fn try_clip(&self, lo: impl IntoOperand, hi: impl IntoOperand) -> Result<Array> {
-        self.try_maximum(lo)?.try_minimum(hi)
+        crate::named("clip", || self.try_maximum(lo)?.try_minimum(hi))
     }
 
     /// Panicking form of [`Array::try_clip`].

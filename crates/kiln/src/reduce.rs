@@ -40,6 +40,10 @@ impl Array {
     /// # Ok::<(), kiln::Error>(())
     /// ```
     pub fn try_mean(&self, axes: Option<&[isize]>, keepdims: bool) -> Result<Array> {
+        crate::named("mean", || self.mean_impl(axes, keepdims))
+    }
+
+    fn mean_impl(&self, axes: Option<&[isize]>, keepdims: bool) -> Result<Array> {
         let x = self.cast(self.dtype().to_float());
         let s = x.try_sum(axes, keepdims)?;
         let reduced = match axes {
@@ -133,6 +137,10 @@ impl Array {
     /// # Ok::<(), kiln::Error>(())
     /// ```
     pub fn try_logsumexp(&self, axes: Option<&[isize]>, keepdims: bool) -> Result<Array> {
+        crate::named("logsumexp", || self.logsumexp_impl(axes, keepdims))
+    }
+
+    fn logsumexp_impl(&self, axes: Option<&[isize]>, keepdims: bool) -> Result<Array> {
         let x = self.cast(self.dtype().to_float());
         let m = x.try_max(axes, true)?;
         let finite = m.abs().lt(f64::INFINITY);
@@ -170,10 +178,12 @@ impl Array {
     /// # Ok::<(), kiln::Error>(())
     /// ```
     pub fn try_softmax(&self, axis: isize) -> Result<Array> {
-        let x = self.cast(self.dtype().to_float());
-        let m = x.try_max(Some(&[axis]), true)?;
-        let e = (&x - &m).exp();
-        e.try_div(&e.try_sum(Some(&[axis]), true)?)
+        crate::named("softmax", || {
+            let x = self.cast(self.dtype().to_float());
+            let m = x.try_max(Some(&[axis]), true)?;
+            let e = (&x - &m).exp();
+            e.try_div(&e.try_sum(Some(&[axis]), true)?)
+        })
     }
 
     /// Panicking form of [`Array::try_softmax`].
@@ -198,11 +208,13 @@ impl Array {
     /// # Ok::<(), kiln::Error>(())
     /// ```
     pub fn try_log_softmax(&self, axis: isize) -> Result<Array> {
-        let x = self.cast(self.dtype().to_float());
-        let m = x.try_max(Some(&[axis]), true)?;
-        let m = Array::try_where(&m.abs().lt(f64::INFINITY), &m, 0.0)?;
-        let t = x.try_sub(&m)?;
-        t.try_sub(t.exp().try_sum(Some(&[axis]), true)?.log())
+        crate::named("log_softmax", || {
+            let x = self.cast(self.dtype().to_float());
+            let m = x.try_max(Some(&[axis]), true)?;
+            let m = Array::try_where(&m.abs().lt(f64::INFINITY), &m, 0.0)?;
+            let t = x.try_sub(&m)?;
+            t.try_sub(t.exp().try_sum(Some(&[axis]), true)?.log())
+        })
     }
 
     /// Panicking form of [`Array::try_log_softmax`].

@@ -43,3 +43,33 @@ fn evaluation_errors_are_printed_not_panicked() {
     let s = a.floor_div(0).to_string();
     assert!(s.contains("division by zero"), "{s}");
 }
+
+/// Summaries of large arrays against numpy's own strings (`fixtures/print_summary.json`,
+/// written by `fixtures/gen_print_fixtures.py`).
+#[test]
+fn summaries_match_numpy() {
+    let fixtures: serde_json::Value =
+        serde_json::from_str(include_str!("fixtures/print_summary.json")).unwrap();
+    let want = |name: &str| fixtures["cases"][name].as_str().unwrap().to_string();
+    let arange = |n: usize, dtype| Array::arange(0.0, n as f64, 1.0, dtype).unwrap();
+    assert_eq!(
+        arange(1 << 20, DType::F64).to_string(),
+        want("arange_2_20_f64")
+    );
+    assert_eq!(
+        Array::ones(&[1 << 20], DType::F32).to_string(),
+        want("ones_2_20_f32")
+    );
+    assert_eq!(
+        arange(6000, DType::I64).reshape(&[2000, 3]).to_string(),
+        want("arange_6000_i64_2000x3")
+    );
+    assert_eq!(
+        (arange(24000, DType::F64).reshape(&[20, 30, 40]) / 7.0).to_string(),
+        want("arange_24000_f64_div7_20x30x40")
+    );
+    assert_eq!(
+        (arange(1001, DType::I64) % 3).eq(0).to_string(),
+        want("bool_1001")
+    );
+}

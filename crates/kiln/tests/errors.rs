@@ -191,3 +191,52 @@ fn where_rejects_a_scalar_that_does_not_fit() {
         .to_string();
     assert!(m.contains("where") && m.contains("int32"), "{m}");
 }
+
+/// Operations written with others (`mean` with `sum`, `softmax` with `max`, ...) name the
+/// call the user made, for every out-of-range axis.
+mod composite_ops_name_the_users_call {
+    use kiln::{Array, DType, Error};
+    use proptest::prelude::*;
+    use std::sync::Arc;
+
+    fn op_of(r: kiln::Result<Array>) -> String {
+        r.expect_err("a bad call must fail").op().to_string()
+    }
+
+    #[test]
+    fn regressions() {
+        let a = Array::zeros(&[2, 3], DType::F32);
+        assert_eq!(op_of(a.try_mean(Some(&[5]), false)), "mean");
+        assert_eq!(op_of(a.try_softmax(4)), "softmax");
+        assert_eq!(op_of(a.try_log_softmax(-3)), "log_softmax");
+        assert_eq!(op_of(a.try_logsumexp(Some(&[2]), true)), "logsumexp");
+        assert_eq!(op_of(a.try_dot(&Array::zeros(&[4, 5], DType::F32))), "dot");
+        assert_eq!(
+            op_of(a.try_clip(Array::zeros(&[4], DType::F32), 1.0)),
+            "clip"
+        );
+        let data: Arc<[f32]> = Arc::from(vec![1.0f32; 5]);
+        let e = Array::from_arc(data, &[2, 3]).unwrap_err();
+        assert!(matches!(e, Error::DataLength { op: "from_arc", .. }), "{e}");
+        let e = Array::uniform(&[2], 0.0, 1.0, 0, DType::I64).unwrap_err();
+        assert_eq!(e.op(), "uniform");
+        let e = a.at::<f32>(&[2, 0]).unwrap_err();
+        assert!(matches!(e, Error::IndexOutOfRange { op: "at", .. }), "{e}");
+        let e = a.at::<f64>(&[0, 0]).unwrap_err();
+        assert!(matches!(e, Error::DTypeMismatch { op: "at", .. }), "{e}");
+        let ids = Array::from_vec(vec![0i64], &[1]).unwrap();
+        assert_eq!(op_of(ids.try_one_hot(usize::MAX, DType::F32)), "one_hot");
+    }
+
+    proptest! {
+        #[test]
+        fn any_bad_axis(bad in prop_oneof![3isize..i64::MAX as isize, isize::MIN..-3]) {
+            let a = Array::zeros(&[2, 3, 4], DType::F64);
+            prop_assert_eq!(op_of(a.try_mean(Some(&[bad]), false)), "mean");
+            prop_assert_eq!(op_of(a.try_softmax(bad)), "softmax");
+            prop_assert_eq!(op_of(a.try_log_softmax(bad)), "log_softmax");
+            prop_assert_eq!(op_of(a.try_logsumexp(Some(&[bad]), false)), "logsumexp");
+            prop_assert_eq!(op_of(a.try_sum(Some(&[bad]), false)), "sum");
+        }
+    }
+}
