@@ -9,6 +9,10 @@
 //! (typically the loss), so forward, backward and update share one compiled plan; the learning
 //! rate and every step-dependent factor are run-time scalars, so a schedule never recompiles.
 //!
+//! Everything that changes state is all or nothing: a step, [`load_safetensors`] or
+//! [`save_safetensors`] that returns an error has changed no parameter, no optimizer state
+//! (step count, momentum buffers, moments) and no file.
+//!
 //! ```
 //! use kiln::{Array, DType};
 //! use kiln_optim::{Optimizer, Parameter, Sgd};
@@ -50,8 +54,10 @@ pub enum Error {
         source: std::io::Error,
     },
     /// A checkpoint is not valid safetensors.
-    #[error("load_safetensors: {path} is not a valid safetensors file: {message}")]
+    #[error("{op}: {path} is not a valid safetensors file: {message}")]
     Format {
+        /// The operation.
+        op: &'static str,
         /// The file.
         path: String,
         /// The parser's message.
@@ -89,6 +95,63 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// A parameter of a dtype no optimizer can train (only f32 and f64 can be).
+    #[error(
+        "{op}: parameter {name:?} is {dtype}; only float32 and float64 parameters can be \
+         trained: leave it out of the step, or create it as f32 or f64"
+    )]
+    Untrainable {
+        /// The operation.
+        op: &'static str,
+        /// The parameter.
+        name: String,
+        /// Its dtype.
+        dtype: DType,
+    },
+    /// Two parameters share a name (optimizer state and checkpoints are keyed by name).
+    #[error(
+        "{op}: parameters #{first} and #{second} are both named {name:?}{context}: \
+         give every parameter a distinct name"
+    )]
+    Duplicate {
+        /// The operation.
+        op: &'static str,
+        /// The shared name.
+        name: String,
+        /// The position of the first parameter of that name.
+        first: usize,
+        /// The position of the second.
+        second: usize,
+        /// Why that matters here, and what was left alone.
+        context: String,
+    },
+    /// A hyperparameter outside its range (checked when a step starts, since the setters
+    /// cannot fail).
+    #[error("{op}: the {name} is {value}, but it must be {expected}: {hint}")]
+    Hyperparameter {
+        /// The operation.
+        op: &'static str,
+        /// The hyperparameter.
+        name: &'static str,
+        /// Its value.
+        value: f64,
+        /// The range it must lie in.
+        expected: &'static str,
+        /// What to do about it.
+        hint: &'static str,
+    },
+    /// An array failed to evaluate, so nothing was changed.
+    #[error("{op}: {what} failed to evaluate, so {unchanged}; fix it and retry: {source}")]
+    Eval {
+        /// The operation.
+        op: &'static str,
+        /// The array that failed (an extra output, a parameter's value, a gradient, ...).
+        what: String,
+        /// What was left as it was.
+        unchanged: String,
+        /// kiln's error (boxed: the variant stays small).
+        source: Box<kiln::Error>,
+    },
 }
 
 /// `Result` with this crate's [`Error`].
@@ -96,6 +159,19 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 fn describe(dtype: DType, shape: &[usize]) -> String {
     format!("{dtype} {shape:?}")
+}
+
+/// The label of the first of `arrays` that fails to evaluate, if any does.
+/// For error messages only: it evaluates the group at once, then each array alone.
+fn failing(arrays: &[(String, &Array)]) -> Option<String> {
+    let all: Vec<&Array> = arrays.iter().map(|(_, a)| *a).collect();
+    if all.is_empty() || kiln::eval(&all).is_ok() {
+        return None;
+    }
+    arrays
+        .iter()
+        .find(|(_, a)| a.eval().is_err())
+        .map(|(what, _)| what.clone())
 }
 
 /// A named trainable value. Its dtype and shape are fixed at creation; optimizers and
@@ -188,7 +264,14 @@ impl Parameter {
                 hint: "a parameter keeps its dtype and shape; cast or reshape the value".into(),
             });
         }
-        *self.value.lock().unwrap_or_else(|e| e.into_inner()) = value;
+        self.replace(value);
         Ok(())
+    }
+
+    /// Stores a value already checked to have the parameter's dtype and shape: the commit of
+    /// an optimizer step, which must not fail part-way.
+    pub(crate) fn replace(&self, value: Array) {
+        debug_assert!(value.dtype() == self.dtype && value.shape() == &self.shape[..]);
+        *self.value.lock().unwrap_or_else(|e| e.into_inner()) = value;
     }
 }

@@ -1,39 +1,134 @@
 //! Optimizers: [`Sgd`] (plain, momentum, Nesterov, weight decay) and [`Adam`] (and AdamW with
-//! decoupled weight decay), plus [`clip_by_global_norm`]. Each `step` builds the update
-//! expressions and evaluates them in one `kiln::eval` with the caller's extra outputs.
+//! decoupled weight decay), plus [`clip_by_global_norm`].
+//! Each `step` builds the update expressions and evaluates them in one `kiln::eval` with the
+//! caller's extra outputs.
+//!
+//! Every optimizer steps through one driver, [`State::step`], which is the only code that
+//! changes an optimizer's state or a parameter's value.
+//! It checks everything that can be checked without evaluating (hyperparameters, dtypes,
+//! shapes, names, stored state), builds every new value, evaluates them together with the
+//! extras, and only then commits: parameters, per-parameter slots and the step count all at
+//! once, in code that cannot fail.
+//! So a step that returns an error has changed nothing.
 //!
 //! Depends on the crate root (`Parameter`, `Error`) and kiln's public API.
 
-use crate::{Error, Parameter, Result};
+use crate::{describe, failing, Error, Parameter, Result};
 use kiln::Array;
 use std::collections::HashMap;
 
 /// An optimizer: turns gradients into parameter updates.
+///
+/// A step is all or nothing: when `step` returns an error, the parameters and the
+/// optimizer's state (step count, momentum buffers, moments) are exactly as before.
+///
+/// ```
+/// use kiln_optim::{Adam, Optimizer, Parameter};
+/// let w = Parameter::new("w", kiln::Array::from_vec(vec![1.0f32], &[1])?);
+/// let bad = kiln::Array::from_vec(vec![1.0f32], &[1])?.take(&kiln::Array::from_vec(vec![5i64], &[1])?, 0);
+/// let mut opt = Adam::new(0.1);
+/// let g = [kiln::Array::from_vec(vec![2.0f32], &[1])?];
+/// assert!(opt.step(&[&w], &g, &[&bad]).is_err()); // the extra output fails to evaluate
+/// assert_eq!((opt.steps(), w.value().to_vec::<f32>()?), (0, vec![1.0]));
+/// # Ok::<(), kiln_optim::Error>(())
+/// ```
 pub trait Optimizer {
     /// Updates `params` from `grads` (same order, same shapes), evaluating `extra` (e.g. the
     /// loss) in the same pass so forward, backward and update share one compiled plan.
+    /// On error nothing has changed.
     fn step(&mut self, params: &[&Parameter], grads: &[Array], extra: &[&Array]) -> Result<()>;
     /// The learning rate.
     fn learning_rate(&self) -> f64;
     /// Changes the learning rate (a run-time scalar: no recompilation).
+    /// A NaN, infinite or negative rate is reported by the next `step`, which then changes
+    /// nothing.
     fn set_learning_rate(&mut self, lr: f64);
 }
 
+/// The range a hyperparameter must lie in.
+#[derive(Debug, Clone, Copy)]
+enum Range {
+    /// Finite and at least 0.
+    NonNegative,
+    /// In `[0, 1)`.
+    Unit,
+}
+
+/// A hyperparameter, checked when a step starts (the builders and `set_learning_rate`
+/// cannot fail).
+struct Hyper {
+    name: &'static str,
+    value: f64,
+    range: Range,
+    hint: &'static str,
+}
+
+impl Hyper {
+    fn check(&self, op: &'static str) -> Result<()> {
+        let (ok, expected) = match self.range {
+            Range::NonNegative => (
+                self.value.is_finite() && self.value >= 0.0,
+                "finite and at least 0",
+            ),
+            Range::Unit => ((0.0..1.0).contains(&self.value), "in [0, 1)"),
+        };
+        if ok {
+            return Ok(());
+        }
+        Err(Error::Hyperparameter {
+            op,
+            name: self.name,
+            value: self.value,
+            expected,
+            hint: self.hint,
+        })
+    }
+}
+
+const LR_HINT: &str = "set a valid one with set_learning_rate (a schedule that divides by zero \
+                       gives NaN or inf); this step changed nothing";
+
+/// Checks that parameters and gradients line up: one float gradient of the parameter's dtype
+/// and shape per float parameter, and no two parameters of one name.
 fn check(op: &'static str, params: &[&Parameter], grads: &[Array]) -> Result<()> {
     if params.len() != grads.len() {
         return Err(Error::Invalid {
             op,
-            message: format!("{} parameters but {} gradients", params.len(), grads.len()),
+            message: format!(
+                "{} parameters but {} gradients: pass one gradient per parameter, in the same \
+                 order (as kiln::grad returns them)",
+                params.len(),
+                grads.len()
+            ),
         });
     }
-    for (p, g) in params.iter().zip(grads) {
+    let mut seen: HashMap<&str, usize> = HashMap::with_capacity(params.len());
+    for (i, (p, g)) in params.iter().zip(grads).enumerate() {
+        if let Some(first) = seen.insert(p.name(), i) {
+            return Err(Error::Duplicate {
+                op,
+                name: p.name().to_string(),
+                first,
+                second: i,
+                context: " (an optimizer keeps its state by name, so they would share it)".into(),
+            });
+        }
+        if !p.dtype().is_float() {
+            return Err(Error::Untrainable {
+                op,
+                name: p.name().to_string(),
+                dtype: p.dtype(),
+            });
+        }
         if g.shape() != p.shape() || g.dtype() != p.dtype() {
             return Err(Error::Mismatch {
                 op,
                 name: p.name().to_string(),
-                expected: crate::describe(p.dtype(), p.shape()),
-                found: crate::describe(g.dtype(), g.shape()),
-                hint: "pass the gradients in the order of the parameters".into(),
+                expected: describe(p.dtype(), p.shape()),
+                found: format!("{} (its gradient)", describe(g.dtype(), g.shape())),
+                hint: "pass one gradient per parameter, in the same order, each of its \
+                       parameter's dtype and shape"
+                    .into(),
             });
         }
     }
@@ -42,48 +137,196 @@ fn check(op: &'static str, params: &[&Parameter], grads: &[Array]) -> Result<()>
 
 /// Zeros of a parameter's dtype and shape, as data (so the first step is the same graph as
 /// every later one).
-fn zero_state(p: &Parameter) -> Result<Array> {
+fn zero_state(op: &'static str, p: &Parameter) -> Result<Array> {
     let n: usize = p.shape().iter().product();
     Ok(match p.dtype() {
         kiln::DType::F32 => Array::from_vec(vec![0.0f32; n], p.shape())?,
         kiln::DType::F64 => Array::from_vec(vec![0.0f64; n], p.shape())?,
-        other => {
-            return Err(Error::Invalid {
-                op: "optimizer",
-                message: format!(
-                    "parameter {:?} has dtype {other}; only f32 and f64 parameters can be trained",
-                    p.name()
-                ),
+        dtype => {
+            return Err(Error::Untrainable {
+                op,
+                name: p.name().to_string(),
+                dtype,
             })
         }
     })
 }
 
-/// Evaluates the new values, new states and extras together, then stores them.
-fn commit(
-    params: &[&Parameter],
-    new_values: Vec<Array>,
-    state: &mut HashMap<String, Vec<Array>>,
-    new_state: Vec<(String, Vec<Array>)>,
-    extra: &[&Array],
-) -> Result<()> {
-    let mut all: Vec<&Array> = new_values.iter().collect();
-    for (_, s) in &new_state {
-        all.extend(s.iter());
+/// One parameter's inputs to an update rule.
+struct Inputs<'a> {
+    /// The step being taken: 1 for the first.
+    t: u64,
+    /// The parameter's current value.
+    value: Array,
+    /// Its gradient.
+    grad: &'a Array,
+    /// Its slots after the last committed step (zeros before its first).
+    slots: Vec<Array>,
+}
+
+/// One parameter's outputs from an update rule: its new value and new slots.
+struct Outputs {
+    value: Array,
+    slots: Vec<Array>,
+}
+
+/// What an optimizer carries between steps: how many steps it has committed and, per
+/// parameter name, its slots (the momentum buffer; Adam's two moments).
+/// Only [`State::step`] changes it.
+#[derive(Debug, Clone, Default)]
+struct State {
+    steps: u64,
+    slots: HashMap<String, Vec<Array>>,
+}
+
+impl State {
+    /// The one step driver: checks `hypers` and the inputs, builds every parameter's new
+    /// value and `n_slots` new slots with `rule`, evaluates them together with `extra`, and
+    /// only then commits parameters, slots and the step count.
+    /// On error nothing has changed.
+    #[allow(clippy::too_many_arguments)]
+    fn step(
+        &mut self,
+        op: &'static str,
+        hypers: &[Hyper],
+        n_slots: usize,
+        params: &[&Parameter],
+        grads: &[Array],
+        extra: &[&Array],
+        mut rule: impl FnMut(Inputs<'_>) -> Outputs,
+    ) -> Result<()> {
+        // 1. everything that can be checked before evaluating
+        for h in hypers {
+            h.check(op)?;
+        }
+        check(op, params, grads)?;
+        let t = self.steps.checked_add(1).ok_or_else(|| Error::Invalid {
+            op,
+            message: "the step count would overflow u64: use a fresh optimizer".into(),
+        })?;
+        // 2. the new values and slots, as lazy expressions
+        let mut values = Vec::with_capacity(params.len());
+        let mut slots = Vec::with_capacity(if n_slots == 0 { 0 } else { params.len() });
+        for (p, g) in params.iter().zip(grads) {
+            let previous = self.previous(op, p, n_slots)?;
+            let out = rule(Inputs {
+                t,
+                value: p.value(),
+                grad: g,
+                slots: previous,
+            });
+            for a in std::iter::once(&out.value).chain(&out.slots) {
+                if a.dtype() != p.dtype() || a.shape() != p.shape() {
+                    return Err(Error::Invalid {
+                        op,
+                        message: format!(
+                            "internal error: the update of {:?} ({}) is {}; please report it",
+                            p.name(),
+                            describe(p.dtype(), p.shape()),
+                            describe(a.dtype(), a.shape())
+                        ),
+                    });
+                }
+            }
+            values.push(out.value);
+            if n_slots > 0 {
+                slots.push(out.slots);
+            }
+        }
+        // 3. one evaluation of everything the step produces and the caller asked for
+        let mut all: Vec<&Array> = values.iter().collect();
+        all.extend(slots.iter().flatten());
+        all.extend(extra.iter().copied());
+        if let Err(source) = kiln::eval(&all) {
+            return Err(Error::Eval {
+                op,
+                what: culprit(params, grads, extra),
+                unchanged: "no parameter and no optimizer state changed".into(),
+                source: Box::new(source),
+            });
+        }
+        // 4. the commit: nothing below can fail
+        for (p, v) in params.iter().zip(values) {
+            p.replace(v);
+        }
+        for (p, s) in params.iter().zip(slots) {
+            self.slots.insert(p.name().to_string(), s);
+        }
+        self.steps = t;
+        Ok(())
     }
-    all.extend(extra.iter().copied());
-    kiln::eval(&all)?;
-    for (p, v) in params.iter().zip(new_values) {
-        p.assign(v)?;
+
+    /// The parameter's slots after the last committed step, or zeros before its first.
+    /// Slots stored for another parameter of the same name (another dtype or shape) are an
+    /// error, never broadcast.
+    fn previous(&self, op: &'static str, p: &Parameter, n_slots: usize) -> Result<Vec<Array>> {
+        match self.slots.get(p.name()) {
+            Some(s) if s.len() == n_slots => {
+                if let Some(a) = s
+                    .iter()
+                    .find(|a| a.dtype() != p.dtype() || a.shape() != p.shape())
+                {
+                    return Err(Error::Mismatch {
+                        op,
+                        name: p.name().to_string(),
+                        expected: describe(p.dtype(), p.shape()),
+                        found: format!(
+                            "optimizer state of {} from an earlier step",
+                            describe(a.dtype(), a.shape())
+                        ),
+                        hint: "this optimizer trained another parameter of this name; give \
+                               the parameters distinct names or use a fresh optimizer for a new \
+                               model"
+                            .into(),
+                    });
+                }
+                Ok(s.clone())
+            }
+            _ => (0..n_slots).map(|_| zero_state(op, p)).collect(),
+        }
     }
-    for (k, s) in new_state {
-        state.insert(k, s);
+}
+
+/// Names the input that made a step's evaluation fail (an error path only: each group is
+/// evaluated on its own, then its members one by one).
+fn culprit(params: &[&Parameter], grads: &[Array], extra: &[&Array]) -> String {
+    let values: Vec<Array> = params.iter().map(|p| p.value()).collect();
+    let groups: [Vec<(String, &Array)>; 3] = [
+        extra
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (format!("extra output #{i}"), *a))
+            .collect(),
+        params
+            .iter()
+            .zip(&values)
+            .map(|(p, v)| (format!("the value of parameter {:?}", p.name()), v))
+            .collect(),
+        params
+            .iter()
+            .zip(grads)
+            .map(|(p, g)| (format!("the gradient of parameter {:?}", p.name()), g))
+            .collect(),
+    ];
+    for group in &groups {
+        if let Some(what) = failing(group) {
+            return what;
+        }
     }
-    Ok(())
+    format!(
+        "the update of {} parameters with {} extra outputs",
+        params.len(),
+        extra.len()
+    )
 }
 
 /// Stochastic gradient descent with optional momentum (heavy-ball or Nesterov) and L2 weight
 /// decay: `g' = g + wd·p`, `b = μ·b + g'`, `p -= lr·b` (Nesterov: `p -= lr·(g' + μ·b)`).
+///
+/// The learning rate, μ and the weight decay must be finite and at least 0; the step reports
+/// any other value and changes nothing.
+/// A NaN or infinite gradient is data, not an error: it propagates into its elements, as in
+/// PyTorch.
 ///
 /// ```
 /// use kiln_optim::{Optimizer, Parameter, Sgd};
@@ -99,7 +342,7 @@ pub struct Sgd {
     momentum: f64,
     nesterov: bool,
     weight_decay: f64,
-    state: HashMap<String, Vec<Array>>,
+    state: State,
 }
 
 impl Sgd {
@@ -114,7 +357,7 @@ impl Sgd {
             momentum: 0.0,
             nesterov: false,
             weight_decay: 0.0,
-            state: HashMap::new(),
+            state: State::default(),
         }
     }
 
@@ -156,39 +399,67 @@ impl Sgd {
         self.weight_decay = wd;
         self
     }
+
+    /// The number of steps taken (failed steps do not count).
+    ///
+    /// ```
+    /// use kiln_optim::{Optimizer, Parameter, Sgd};
+    /// let p = Parameter::new("x", kiln::Array::from_vec(vec![1.0f32], &[1])?);
+    /// let mut sgd = Sgd::new(0.1);
+    /// sgd.step(&[&p], &[kiln::Array::from_vec(vec![1.0f32], &[1])?], &[])?;
+    /// assert_eq!(sgd.steps(), 1);
+    /// # Ok::<(), kiln_optim::Error>(())
+    /// ```
+    pub fn steps(&self) -> u64 {
+        self.state.steps
+    }
 }
 
 impl Optimizer for Sgd {
     fn step(&mut self, params: &[&Parameter], grads: &[Array], extra: &[&Array]) -> Result<()> {
-        check("Sgd::step", params, grads)?;
-        let mut values = Vec::with_capacity(params.len());
-        let mut new_state = Vec::new();
-        for (p, g) in params.iter().zip(grads) {
-            let w = p.value();
-            let g = if self.weight_decay != 0.0 {
-                g + &(&w * self.weight_decay)
-            } else {
-                g.clone()
-            };
-            let dir = if self.momentum != 0.0 {
-                let prev = match self.state.get(p.name()) {
-                    Some(s) => s[0].clone(),
-                    None => zero_state(p)?,
-                };
-                let b = &(&prev * self.momentum) + &g;
-                let d = if self.nesterov {
-                    &g + &(&b * self.momentum)
+        let (lr, mu, nesterov, wd) = (self.lr, self.momentum, self.nesterov, self.weight_decay);
+        let hypers = [
+            Hyper {
+                name: "learning rate",
+                value: lr,
+                range: Range::NonNegative,
+                hint: LR_HINT,
+            },
+            Hyper {
+                name: "momentum",
+                value: mu,
+                range: Range::NonNegative,
+                hint: "pass a finite μ ≥ 0 to Sgd::momentum (0.9 is usual)",
+            },
+            Hyper {
+                name: "weight decay",
+                value: wd,
+                range: Range::NonNegative,
+                hint: "pass a finite decay ≥ 0 to Sgd::weight_decay",
+            },
+        ];
+        let n_slots = usize::from(mu != 0.0);
+        // The inputs are checked (float, one dtype and shape per parameter), so these
+        // operators cannot fail.
+        self.state
+            .step("Sgd::step", &hypers, n_slots, params, grads, extra, |x| {
+                let g = if wd != 0.0 {
+                    x.grad + &(&x.value * wd)
                 } else {
-                    b.clone()
+                    x.grad.clone()
                 };
-                new_state.push((p.name().to_string(), vec![b]));
-                d
-            } else {
-                g
-            };
-            values.push(&w - &(&dir * self.lr));
-        }
-        commit(params, values, &mut self.state, new_state, extra)
+                let (dir, slots) = if mu != 0.0 {
+                    let b = &(&x.slots[0] * mu) + &g;
+                    let d = if nesterov { &g + &(&b * mu) } else { b.clone() };
+                    (d, vec![b])
+                } else {
+                    (g, Vec::new())
+                };
+                Outputs {
+                    value: &x.value - &(&dir * lr),
+                    slots,
+                }
+            })
     }
 
     fn learning_rate(&self) -> f64 {
@@ -205,6 +476,12 @@ impl Optimizer for Sgd {
 ///
 /// The bias corrections are folded into two run-time scalars per step,
 /// `α_t = lr·√(1-β₂ᵗ)/(1-β₁ᵗ)` and `ε_t = ε·√(1-β₂ᵗ)`, so no step is ever a new graph.
+/// The step count `t` advances only when a step succeeds.
+///
+/// The learning rate, ε and the weight decay must be finite and at least 0, and β₁, β₂ in
+/// `[0, 1)`; the step reports any other value and changes nothing.
+/// A NaN or infinite gradient is data, not an error: it propagates into its elements, as in
+/// PyTorch.
 ///
 /// ```
 /// use kiln_optim::{Adam, Optimizer, Parameter};
@@ -222,8 +499,7 @@ pub struct Adam {
     beta2: f64,
     eps: f64,
     weight_decay: f64,
-    t: i32,
-    state: HashMap<String, Vec<Array>>,
+    state: State,
 }
 
 impl Adam {
@@ -239,8 +515,7 @@ impl Adam {
             beta2: 0.999,
             eps: 1e-8,
             weight_decay: 0.0,
-            t: 0,
-            state: HashMap::new(),
+            state: State::default(),
         }
     }
 
@@ -274,36 +549,83 @@ impl Adam {
         self.weight_decay = wd;
         self
     }
+
+    /// The number of steps taken, `t` of the bias correction (failed steps do not count).
+    ///
+    /// ```
+    /// use kiln_optim::{Adam, Optimizer, Parameter};
+    /// let p = Parameter::new("x", kiln::Array::from_vec(vec![1.0f32], &[1])?);
+    /// let mut adam = Adam::new(0.1);
+    /// adam.step(&[&p], &[kiln::Array::from_vec(vec![1.0f32], &[1])?], &[])?;
+    /// assert_eq!(adam.steps(), 1);
+    /// # Ok::<(), kiln_optim::Error>(())
+    /// ```
+    pub fn steps(&self) -> u64 {
+        self.state.steps
+    }
 }
 
 impl Optimizer for Adam {
     fn step(&mut self, params: &[&Parameter], grads: &[Array], extra: &[&Array]) -> Result<()> {
-        check("Adam::step", params, grads)?;
-        self.t += 1;
-        let c1 = 1.0 - self.beta1.powi(self.t);
-        let c2 = 1.0 - self.beta2.powi(self.t);
-        let alpha = self.lr * c2.sqrt() / c1;
-        let eps = self.eps * c2.sqrt();
-        let mut values = Vec::with_capacity(params.len());
-        let mut new_state = Vec::new();
-        for (p, g) in params.iter().zip(grads) {
-            let w = p.value();
-            let (m0, v0) = match self.state.get(p.name()) {
-                Some(s) => (s[0].clone(), s[1].clone()),
-                None => (zero_state(p)?, zero_state(p)?),
-            };
-            let m = &(&m0 * self.beta1) + &(g * (1.0 - self.beta1));
-            let v = &(&v0 * self.beta2) + &(&g.square() * (1.0 - self.beta2));
-            let update = &(&m * alpha) / &(&v.sqrt() + eps);
-            let w = if self.weight_decay != 0.0 {
-                &w - &(&w * (self.lr * self.weight_decay))
-            } else {
-                w
-            };
-            values.push(&w - &update);
-            new_state.push((p.name().to_string(), vec![m, v]));
-        }
-        commit(params, values, &mut self.state, new_state, extra)
+        let (lr, beta1, beta2, eps, wd) =
+            (self.lr, self.beta1, self.beta2, self.eps, self.weight_decay);
+        let betas_hint = "pass β₁ and β₂ in [0, 1) to Adam::betas (0.9 and 0.999 are usual)";
+        let hypers = [
+            Hyper {
+                name: "learning rate",
+                value: lr,
+                range: Range::NonNegative,
+                hint: LR_HINT,
+            },
+            Hyper {
+                name: "β₁",
+                value: beta1,
+                range: Range::Unit,
+                hint: betas_hint,
+            },
+            Hyper {
+                name: "β₂",
+                value: beta2,
+                range: Range::Unit,
+                hint: betas_hint,
+            },
+            Hyper {
+                name: "ε",
+                value: eps,
+                range: Range::NonNegative,
+                hint: "pass a finite ε ≥ 0 to Adam::eps (1e-8 is usual)",
+            },
+            Hyper {
+                name: "weight decay",
+                value: wd,
+                range: Range::NonNegative,
+                hint: "pass a finite decay ≥ 0 to Adam::weight_decay",
+            },
+        ];
+        // The inputs are checked (float, one dtype and shape per parameter), so these
+        // operators cannot fail.
+        self.state
+            .step("Adam::step", &hypers, 2, params, grads, extra, |x| {
+                // β^t for t past i32::MAX is 0 in f64 for every β in [0, 1)
+                let t = i32::try_from(x.t).unwrap_or(i32::MAX);
+                let c1 = 1.0 - beta1.powi(t);
+                let c2 = 1.0 - beta2.powi(t);
+                let alpha = lr * c2.sqrt() / c1;
+                let eps_t = eps * c2.sqrt();
+                let g = x.grad;
+                let m = &(&x.slots[0] * beta1) + &(g * (1.0 - beta1));
+                let v = &(&x.slots[1] * beta2) + &(&g.square() * (1.0 - beta2));
+                let update = &(&m * alpha) / &(&v.sqrt() + eps_t);
+                let w = if wd != 0.0 {
+                    &x.value - &(&x.value * (lr * wd))
+                } else {
+                    x.value
+                };
+                Outputs {
+                    value: &w - &update,
+                    slots: vec![m, v],
+                }
+            })
     }
 
     fn learning_rate(&self) -> f64 {
@@ -316,7 +638,10 @@ impl Optimizer for Adam {
 }
 
 /// Scales `grads` so their global L2 norm is at most `max_norm` (lazily, in the same graph);
-/// returns the scaled gradients and the norm before scaling.
+/// returns the scaled gradients and the norm before scaling (of the first gradient's dtype).
+///
+/// The gradients must be f32 or f64, and `max_norm` at least 0 (`f64::INFINITY` never
+/// clips); anything else is an error.
 ///
 /// ```
 /// use kiln::Array;
@@ -324,15 +649,41 @@ impl Optimizer for Adam {
 /// let (clipped, norm) = kiln_optim::clip_by_global_norm(&g, 1.0)?;
 /// assert!((norm.item::<f64>()? - 5.0).abs() < 1e-12);
 /// assert!((clipped[0].item::<f64>()? - 0.6).abs() < 1e-6);
+/// assert!(kiln_optim::clip_by_global_norm(&g, f64::NAN).is_err());
 /// # Ok::<(), kiln_optim::Error>(())
 /// ```
 pub fn clip_by_global_norm(grads: &[Array], max_norm: f64) -> Result<(Vec<Array>, Array)> {
+    const OP: &str = "clip_by_global_norm";
     let Some(first) = grads.first() else {
         return Err(Error::Invalid {
-            op: "clip_by_global_norm",
-            message: "no gradients given".into(),
+            op: OP,
+            message: "no gradients given: pass the gradients kiln::grad returned".into(),
         });
     };
+    if max_norm.is_nan() || max_norm < 0.0 {
+        return Err(Error::Hyperparameter {
+            op: OP,
+            name: "max_norm",
+            value: max_norm,
+            expected: "at least 0",
+            hint: "pass the largest global norm to allow (f64::INFINITY never clips)",
+        });
+    }
+    if let Some((i, g)) = grads
+        .iter()
+        .enumerate()
+        .find(|(_, g)| !g.dtype().is_float())
+    {
+        return Err(Error::Invalid {
+            op: OP,
+            message: format!(
+                "gradient #{i} is {}; clipping needs float32 or float64 gradients: pass the \
+                 gradients of float parameters only",
+                describe(g.dtype(), g.shape())
+            ),
+        });
+    }
+    // every gradient is float, so these operators cannot fail
     let mut total = first.square().sum(None, false);
     for g in &grads[1..] {
         total = &total + &g.cast(first.dtype()).square().sum(None, false);
