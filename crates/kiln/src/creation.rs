@@ -128,14 +128,28 @@ impl Array {
                 hint: "use finite bounds and a finite, non-zero step".into(),
             });
         }
-        let n = ((stop - start) / step).ceil().max(0.0) as usize;
-        let integral = start.fract() == 0.0 && step.fract() == 0.0;
-        if dtype.is_int() && integral {
-            let i = Array::from_node(build::iota(Shape::from([n]), 0, DType::I64)?);
-            return Ok((i * step as i64 + start as i64).cast(dtype));
+        let limit = match dtype {
+            DType::I32 => 2f64.powi(31),
+            DType::I64 => 2f64.powi(63),
+            _ => f64::INFINITY,
+        };
+        if start.abs() > limit || stop.abs() > limit {
+            return Err(Error::InvalidArgument {
+                op: "arange",
+                message: format!("start {start}, stop {stop} do not fit dtype {dtype}"),
+                hint: "use bounds within the dtype's range, or a wider dtype".into(),
+            });
         }
-        let i = Array::from_node(build::iota(Shape::from([n]), 0, DType::F64)?);
-        Ok((i * step + start).cast(dtype))
+        let n = ((stop - start) / step).ceil().max(0.0) as usize; // saturates: checked below
+        let integral = start.fract() == 0.0 && step.fract() == 0.0;
+        crate::named("arange", || {
+            if dtype.is_int() && integral {
+                let i = Array::from_node(build::iota(Shape::from([n]), 0, DType::I64)?);
+                return Ok((i * step as i64 + start as i64).cast(dtype));
+            }
+            let i = Array::from_node(build::iota(Shape::from([n]), 0, DType::F64)?);
+            Ok((i * step + start).cast(dtype))
+        })
     }
 
     /// `num` evenly spaced values from `start` to `stop` inclusive (numpy's `linspace`); the
@@ -157,7 +171,9 @@ impl Array {
                 hint: "use finite bounds".into(),
             });
         }
-        let i = Array::from_node(build::iota(Shape::from([num]), 0, DType::F64)?);
+        let i = Array::from_node(
+            build::iota(Shape::from([num]), 0, DType::F64).map_err(|e| e.with_op("linspace"))?,
+        );
         let y = if num <= 1 {
             i + start
         } else {
@@ -169,18 +185,34 @@ impl Array {
         Ok(y.cast(dtype))
     }
 
-    /// The `n × m` identity-like matrix (ones on the main diagonal); `m` defaults to `n`.
+    /// The `n × m` identity-like matrix (ones on the main diagonal); `m` defaults to `n`; an
+    /// error for a shape with more elements than an array may have.
+    ///
+    /// ```
+    /// let e = kiln::Array::try_eye(2, None, kiln::DType::F32)?;
+    /// assert_eq!(e.to_vec::<f32>()?, vec![1.0, 0.0, 0.0, 1.0]);
+    /// assert!(kiln::Array::try_eye(usize::MAX, None, kiln::DType::F32).is_err());
+    /// # Ok::<(), kiln::Error>(())
+    /// ```
+    pub fn try_eye(n: usize, m: Option<usize>, dtype: DType) -> Result<Array> {
+        crate::named("eye", || {
+            let shape = Shape::from([n, m.unwrap_or(n)]);
+            let r = Array::from_node(build::iota(shape.clone(), 0, DType::I64)?);
+            let c = Array::from_node(build::iota(shape, 1, DType::I64)?);
+            Ok(r.try_eq(&c)?.cast(dtype))
+        })
+    }
+
+    /// Panicking form of [`Array::try_eye`].
     ///
     /// ```
     /// let e = kiln::Array::eye(2, None, kiln::DType::F32);
     /// assert_eq!(e.to_vec::<f32>()?, vec![1.0, 0.0, 0.0, 1.0]);
     /// # Ok::<(), kiln::Error>(())
     /// ```
+    #[track_caller]
     pub fn eye(n: usize, m: Option<usize>, dtype: DType) -> Array {
-        let shape = Shape::from([n, m.unwrap_or(n)]);
-        let r = Array::from_node(build::iota(shape.clone(), 0, DType::I64).expect("rank 2"));
-        let c = Array::from_node(build::iota(shape, 1, DType::I64).expect("rank 2"));
-        r.eq(&c).cast(dtype)
+        crate::unwrap_or_panic(Array::try_eye(n, m, dtype))
     }
 
     /// Uniform random numbers in `[low, high)` of a float `dtype`. Element `i` depends only on

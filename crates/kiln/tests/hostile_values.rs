@@ -263,3 +263,22 @@ fn random_parameters_are_checked() {
     let z = Array::normal(&[4], 2.5, 0.0, 1, DType::F64).unwrap();
     assert_eq!(z.to_vec::<f64>().unwrap(), vec![2.5; 4]);
 }
+
+#[test]
+fn creation_with_hostile_sizes_and_bounds() {
+    let e = Array::try_eye(usize::MAX, None, DType::F32).unwrap_err();
+    assert!(matches!(e, Error::TooLarge { op: "eye", .. }), "{e}");
+    let e = Array::arange(0.0, 1e30, 1.0, DType::F64).unwrap_err();
+    assert!(matches!(e, Error::TooLarge { op: "arange", .. }), "{e}");
+    let e = Array::arange(1e19, 1e19 + 4096.0, 1024.0, DType::I64).unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument { op: "arange", .. }),
+        "{e}"
+    );
+    let e = Array::linspace(0.0, 1.0, usize::MAX, DType::F32).unwrap_err();
+    assert!(matches!(e, Error::TooLarge { op: "linspace", .. }), "{e}");
+    for bad in [f64::NAN, f64::INFINITY] {
+        assert!(Array::arange(0.0, bad, 1.0, DType::F64).is_err());
+        assert!(Array::linspace(bad, 1.0, 3, DType::F64).is_err());
+    }
+}
