@@ -570,3 +570,67 @@ fn clipping_rejects_what_it_cannot_clip() {
     let (c, _) = clip_by_global_norm(&g, 0.0).unwrap();
     assert_eq!(c[0].to_vec::<f64>().unwrap(), vec![0.0]);
 }
+
+mod hostile_hyperparameters {
+    use super::adam_first;
+    use kiln::Array;
+    use kiln_optim::{Adam, Optimizer, Parameter};
+    use proptest::prelude::*;
+
+    const VALUES: [f64; 10] = [
+        f64::NAN,
+        f64::INFINITY,
+        -1.0,
+        -0.0,
+        0.0,
+        5e-324,
+        1e-3,
+        0.5,
+        0.999,
+        1.0,
+    ];
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+        /// Any mix of hostile and valid Adam hyperparameters either fails and leaves the
+        /// parameter and the step count as they were, or takes the step a plain f64 Adam
+        /// takes (bias-corrected, t = 1).
+        #[test]
+        fn adam_fails_cleanly_or_matches_plain_adam(
+            lr in prop::sample::select(VALUES.to_vec()),
+            b1 in prop::sample::select(VALUES.to_vec()),
+            b2 in prop::sample::select(VALUES.to_vec()),
+            // (a subnormal ε is left out: Adam scales ε by √(1 − β₂ᵗ), which rounds it
+            // differently from the textbook form this test computes)
+            eps in prop::sample::select(vec![f64::NAN, f64::INFINITY, -1.0, -0.0, 0.0, 1e-8, 0.5]),
+            wd in prop::sample::select(VALUES.to_vec()),
+            g in prop::sample::select(vec![f64::NAN, -2.5, 0.0, 1e-300, 3.0]),
+        ) {
+            let w0 = [0.75f64, -1.5];
+            let p = Parameter::new("w", Array::from_vec(w0.to_vec(), &[2]).unwrap());
+            let mut opt = Adam::new(lr).betas(b1, b2).eps(eps).weight_decay(wd);
+            let grad = Array::from_vec(vec![g, -g], &[2]).unwrap();
+            let got = opt.step(&[&p], &[grad], &[]);
+            let w = p.value().to_vec::<f64>().unwrap();
+            let valid = lr.is_finite() && lr >= 0.0
+                && (0.0..1.0).contains(&b1) && (0.0..1.0).contains(&b2)
+                && eps.is_finite() && eps >= 0.0 && wd.is_finite() && wd >= 0.0;
+            prop_assert_eq!(got.is_ok(), valid, "{:?}", got);
+            if got.is_err() {
+                prop_assert_eq!(opt.steps(), 0);
+                prop_assert_eq!(w.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                    w0.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+            } else {
+                prop_assert_eq!(opt.steps(), 1);
+                for (i, &s) in [1.0, -1.0].iter().enumerate() {
+                    let want = adam_first(w0[i], s * g, lr, b1, b2, eps, wd);
+                    let same = (want.is_nan() && w[i].is_nan())
+                        || w[i] == want
+                        || (w[i] - want).abs() <= 1e-12 * (1.0 + want.abs());
+                    prop_assert!(same, "element {}: {} vs {}", i, w[i], want);
+                }
+            }
+        }
+    }
+}
