@@ -1,25 +1,178 @@
-//! kiln's benchmark binary: runs each workload several times and prints one JSON object per
-//! line with the median and the spread.
+//! kiln's benchmark binary: runs each workload several times and prints one JSON object per line with the median and the spread.
 //!
-//! - `build`: building an expression chain of N graph nodes (the user's own per-iteration
-//!   cost, with shape inference).
-//! - `cache_hit`: trace + key + cache lookup of an already compiled N-node graph (the
-//!   graph-cache hit path; binding happens in `run`).
+//! - `build`: building an expression chain of N graph nodes (the user's own per-iteration cost, with shape inference).
+//! - `cache_hit`: trace + key + cache lookup of an already compiled N-node graph (the graph-cache hit path; binding happens in `run`).
 //! - `compile`: compiling a fresh 1,000-node graph (passes, fusion, memory plan).
-//! - `W1_memory`: peak bytes of the W1 plan `(a*b + c)*d - a` at 64M elements against
-//!   inputs + output, from the inspector and from the process high-water mark.
-//! - `W1`, `W6`: end-to-end times on the current CPU backend. W1's loop drops each result
-//!   before the next, so its output storage comes back to the buffer pool (`"output":
-//!   "recycled"`); `W1_kept` keeps every result alive, so each call writes fresh pages
-//!   (`"output":"kept"`), as `triad_fresh` does against `triad_reused`.
+//! - `W1_memory`: peak bytes of the W1 plan `(a*b + c)*d - a` at 64M elements against inputs + output, from the inspector and from the process high-water mark.
+//! - `W1`, `W6`: end-to-end times on the current CPU backend.
+//!   W1's loop drops each result before the next, so its output storage comes back to the buffer pool (`"output":"recycled"`).
+//!   `W1_kept` keeps every result alive, so each call writes fresh pages (`"output":"kept"`), as `triad_fresh` does against `triad_reused`.
 //!
-//! Usage: `cargo run --release -p kiln-benches [-- --quick]`.
+//! Options are parsed with `clap` into [`Cli`] (`--help` lists them).
+//! Each line is a `#[derive(Serialize)]` record ([`Timing`], [`W6Timing`], [`PoolStats`], [`NodesTiming`], [`CompileTiming`], [`W1Memory`]) printed by [`emit`] with `serde_json`, which adds the device `kiln::eval` ran on.
+//!
+//! Usage: `cargo run --release -p kiln-benches -- [--quick] [--only W1,W2,...]`.
 
+use clap::{Parser, ValueEnum};
 use kiln::{Array, DType};
 use kiln_compiler::{compile, Engine};
 use kiln_cpu::CpuBackend;
 use kiln_ir::{LazyExpr, NodeRef};
+use serde::Serialize;
 use std::time::Instant;
+
+/// The command line.
+#[derive(Parser, Debug)]
+#[command(
+    name = "kiln-bench",
+    version,
+    about = "Times kiln's workloads and prints one JSON object per measurement."
+)]
+struct Cli {
+    /// Smoke run: 3 to 5 repetitions per measurement, W6 at 1,000 iterations and W1_memory at 16M elements.
+    #[arg(long)]
+    quick: bool,
+    /// Run just these workloads (comma-separated), none of the compiler ones.
+    #[arg(long, value_name = "W1,W2,...", value_delimiter = ',')]
+    only: Option<Vec<Workload>>,
+}
+
+/// A workload `--only` can name.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum Workload {
+    /// `(a*b + c)*d - a` at 1M, 16M and 64M elements, each result dropped before the next call.
+    #[value(name = "W1")]
+    W1,
+    /// W1 at 16M and 64M with every result kept alive.
+    #[value(name = "W1_kept")]
+    W1Kept,
+    /// A two-kernel W1 with the buffer pool on and off.
+    #[value(name = "W1_pool")]
+    W1Pool,
+    /// STREAM-style triad into a reused and into a fresh output.
+    #[value(name = "triad")]
+    Triad,
+    /// `exp(-x*x) * sin(x) + tanh(x)` at 16M elements.
+    #[value(name = "W2")]
+    W2,
+    /// Row and column broadcast adds at 4096x4096.
+    #[value(name = "W3")]
+    W3,
+    /// Reductions: `sum(a*b)`, row sums and row softmax.
+    #[value(name = "W4")]
+    W4,
+    /// Matrix products: sgemm at 1024 and 2048, `relu(x @ w + b)`.
+    #[value(name = "W5")]
+    W5,
+    /// Small `x @ w + b` at 64x64, many calls (per-call overhead).
+    #[value(name = "W6")]
+    W6,
+    /// One training step of a 784-512-10 MLP at batch 256.
+    #[value(name = "W7")]
+    W7,
+}
+
+/// One JSON line: a record and the device `kiln::eval` ran on.
+#[derive(Serialize)]
+struct Line<'a, T> {
+    #[serde(flatten)]
+    record: &'a T,
+    /// Where `kiln::eval` ran (`KILN_DEVICE=wgpu` with the `wgpu` feature runs W1-W7 on the GPU).
+    device: String,
+}
+
+/// Prints `record` as one JSON line, with the device added.
+fn emit<T: Serialize>(record: &T) {
+    let line = Line {
+        record,
+        device: kiln::default_device().to_string(),
+    };
+    let text = serde_json::to_string(&line).expect("a record of strings and numbers serializes");
+    println!("{text}");
+}
+
+/// `x` rounded to `decimals` decimal places (the precision a line reports).
+fn round(x: f64, decimals: i32) -> f64 {
+    let p = 10f64.powi(decimals);
+    (x * p).round() / p
+}
+
+/// A timing line of a W workload (see [`report_with`]).
+#[derive(Serialize)]
+struct Timing<'a> {
+    workload: &'a str,
+    size: &'a str,
+    build: &'static str,
+    isa: &'static str,
+    median_ms: f64,
+    min_ms: f64,
+    max_ms: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gb_per_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gflop_per_s: Option<f64>,
+}
+
+/// W6's line: the median time of one call over many calls.
+#[derive(Serialize)]
+struct W6Timing {
+    workload: &'static str,
+    size: &'static str,
+    build: &'static str,
+    isa: &'static str,
+    median_ms: f64,
+    us_per_iter: f64,
+    gflop_per_s: f64,
+}
+
+/// The buffer pool's hits and misses during `W1_two_kernels_pool`.
+#[derive(Serialize)]
+struct PoolStats {
+    workload: &'static str,
+    hits: u64,
+    misses: u64,
+}
+
+/// A `build` or `cache_hit` line (µs).
+#[derive(Serialize)]
+struct NodesTiming {
+    workload: &'static str,
+    nodes: usize,
+    median_us: f64,
+    min_us: f64,
+    max_us: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    goal_us_at_100: Option<u32>,
+}
+
+/// The `compile` line (ms).
+#[derive(Serialize)]
+struct CompileTiming {
+    workload: &'static str,
+    nodes: usize,
+    median_ms: f64,
+    min_ms: f64,
+    max_ms: f64,
+    goal_ms: u32,
+}
+
+/// W1's peak memory against inputs + output.
+#[derive(Serialize)]
+struct W1Memory {
+    workload: &'static str,
+    n: usize,
+    kernels: usize,
+    allocations: usize,
+    plan_peak_bytes: usize,
+    inputs_plus_output_bytes: usize,
+    ratio_inputs_plus_peak_to_inputs_plus_output: f64,
+    /// `null` where `/proc/self/status` has no `VmHWM`.
+    process_hwm_growth_bytes: Option<usize>,
+    output_bytes: usize,
+    eval_ms: f64,
+}
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).expect("finite timings"));
@@ -52,17 +205,6 @@ fn chain(x: &Array, nodes: usize) -> Array {
         y = if i % 2 == 0 { y.tanh() } else { &y + x };
     }
     y
-}
-
-fn json(fields: &[(&str, String)]) {
-    let mut body: Vec<String> = fields.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
-    // Where `kiln::eval` ran (`KILN_DEVICE=wgpu` with the `wgpu` feature runs W1-W7 on the GPU).
-    body.push(format!("\"device\":\"{}\"", kiln::default_device()));
-    println!("{{{}}}", body.join(","));
-}
-
-fn s(x: &str) -> String {
-    format!("\"{x}\"")
 }
 
 fn vm_hwm_bytes() -> Option<usize> {
@@ -100,25 +242,18 @@ fn report_with(
     f: impl FnMut(),
 ) {
     let (med, lo, hi) = time(reps, f);
-    let mut fields = vec![
-        ("workload", s(workload)),
-        ("size", s(size)),
-        ("build", s(flavour())),
-        ("isa", s(kiln_cpu::isa().name())),
-        ("median_ms", format!("{:.4}", med * 1e3)),
-        ("min_ms", format!("{:.4}", lo * 1e3)),
-        ("max_ms", format!("{:.4}", hi * 1e3)),
-    ];
-    if let Some(o) = output {
-        fields.push(("output", s(o)));
-    }
-    if bytes > 0.0 {
-        fields.push(("gb_per_s", format!("{:.2}", bytes / med / 1e9)));
-    }
-    if flops > 0.0 {
-        fields.push(("gflop_per_s", format!("{:.2}", flops / med / 1e9)));
-    }
-    json(&fields);
+    emit(&Timing {
+        workload,
+        size,
+        build: flavour(),
+        isa: kiln_cpu::isa().name(),
+        median_ms: round(med * 1e3, 4),
+        min_ms: round(lo * 1e3, 4),
+        max_ms: round(hi * 1e3, 4),
+        output,
+        gb_per_s: (bytes > 0.0).then(|| round(bytes / med / 1e9, 2)),
+        gflop_per_s: (flops > 0.0).then(|| round(flops / med / 1e9, 2)),
+    });
 }
 
 fn uniform(shape: &[usize], seed: u64) -> Array {
@@ -152,17 +287,18 @@ fn reps_for(bytes: f64, quick: bool) -> usize {
     }
 }
 
-fn wanted(only: &Option<Vec<String>>, w: &str) -> bool {
-    only.as_ref().is_none_or(|o| o.iter().any(|x| x == w))
+/// Whether `w` runs: every workload without `--only`, else those it names.
+fn wanted(only: Option<&[Workload]>, w: Workload) -> bool {
+    only.is_none_or(|o| o.contains(&w))
 }
 
 /// W1–W7 (design.md §6): end-to-end `eval` times of fresh expressions (each call builds the
 /// expression, hits the graph cache, runs the plan and hands the output to the caller, who
 /// drops it before the next call: its storage goes back to the buffer pool and the next
 /// call's output comes from there; `W1_kept` keeps every output instead).
-fn workloads(quick: bool, only: &Option<Vec<String>>) {
+fn workloads(quick: bool, only: Option<&[Workload]>) {
     let mega = 1usize << 20;
-    if wanted(only, "W1") {
+    if wanted(only, Workload::W1) {
         for n in [mega, 16 * mega, 64 * mega] {
             let (a, b, c, d) = w1_inputs(n);
             let bytes = 5.0 * 4.0 * n as f64;
@@ -179,7 +315,7 @@ fn workloads(quick: bool, only: &Option<Vec<String>>) {
             );
         }
     }
-    if wanted(only, "W1_kept") {
+    if wanted(only, Workload::W1Kept) {
         // The same W1 with every result kept alive until the end of the timing (the user
         // holds them): no output storage comes back, so each call writes fresh pages.
         for n in [16 * mega, 64 * mega] {
@@ -201,7 +337,7 @@ fn workloads(quick: bool, only: &Option<Vec<String>>) {
             );
         }
     }
-    if wanted(only, "W1_pool") {
+    if wanted(only, Workload::W1Pool) {
         // Buffer reuse: a two-kernel W1 (a reduction splits the chain) whose 64 MiB
         // intermediate, and whose output once dropped, come back from the pool, versus the
         // same with the pool off (limit 0: every buffer fresh).
@@ -229,11 +365,11 @@ fn workloads(quick: bool, only: &Option<Vec<String>>) {
             two_kernels,
         );
         let hits1 = kiln_cpu::CpuBackend::pool().stats();
-        json(&[
-            ("workload", s("pool_stats")),
-            ("hits", (hits1.hits - hits0.hits).to_string()),
-            ("misses", (hits1.misses - hits0.misses).to_string()),
-        ]);
+        emit(&PoolStats {
+            workload: "pool_stats",
+            hits: hits1.hits - hits0.hits,
+            misses: hits1.misses - hits0.misses,
+        });
         kiln_cpu::CpuBackend::pool().set_limit(0);
         report(
             "W1_two_kernels_nopool",
@@ -245,7 +381,7 @@ fn workloads(quick: bool, only: &Option<Vec<String>>) {
         );
         kiln_cpu::CpuBackend::pool().set_limit(kiln_cpu::DEFAULT_POOL_BYTES);
     }
-    if wanted(only, "triad") {
+    if wanted(only, Workload::Triad) {
         // STREAM-style triad a = b + 3c over 64M f32 on all cores (rayon, 64K-element chunks):
         // into a reused output (the memory-bandwidth limit) and into a fresh vector each call
         // (what a fresh output page costs).
@@ -290,7 +426,7 @@ fn workloads(quick: bool, only: &Option<Vec<String>>) {
             },
         );
     }
-    if wanted(only, "W2") {
+    if wanted(only, Workload::W2) {
         let n = 16 * mega;
         let x = uniform(&[n], 5);
         let x = (&x * 4.0f32).eval_into();
@@ -301,7 +437,7 @@ fn workloads(quick: bool, only: &Option<Vec<String>>) {
                 .expect("W2");
         });
     }
-    if wanted(only, "W3") {
+    if wanted(only, Workload::W3) {
         let m = 4096;
         let a = uniform(&[m, m], 6);
         let row = uniform(&[m], 7);
@@ -318,7 +454,7 @@ fn workloads(quick: bool, only: &Option<Vec<String>>) {
             },
         );
     }
-    if wanted(only, "W4") {
+    if wanted(only, Workload::W4) {
         let n = 16 * mega;
         let (a, b) = (uniform(&[n], 9), uniform(&[n], 10));
         let bytes = 2.0 * 4.0 * n as f64;
@@ -357,7 +493,7 @@ fn workloads(quick: bool, only: &Option<Vec<String>>) {
             },
         );
     }
-    if wanted(only, "W5") {
+    if wanted(only, Workload::W5) {
         for n in [1024usize, 2048] {
             let (a, b) = (uniform(&[n, n], 13), uniform(&[n, n], 14));
             let flops = 2.0 * (n * n * n) as f64;
@@ -390,7 +526,7 @@ fn workloads(quick: bool, only: &Option<Vec<String>>) {
             },
         );
     }
-    if wanted(only, "W6") {
+    if wanted(only, Workload::W6) {
         let iters = if quick { 1000 } else { 10_000 };
         let w = uniform(&[64, 64], 18);
         let b = uniform(&[64], 19);
@@ -405,20 +541,17 @@ fn workloads(quick: bool, only: &Option<Vec<String>>) {
             })
             .collect();
         let med = median(per);
-        json(&[
-            ("workload", s("W6")),
-            ("size", s("64x64x10000")),
-            ("build", s(flavour())),
-            ("isa", s(kiln_cpu::isa().name())),
-            ("median_ms", format!("{:.6}", med * 1e3)),
-            ("us_per_iter", format!("{:.3}", med * 1e6)),
-            (
-                "gflop_per_s",
-                format!("{:.2}", 2.0 * 64f64.powi(3) / med / 1e9),
-            ),
-        ]);
+        emit(&W6Timing {
+            workload: "W6",
+            size: "64x64x10000",
+            build: flavour(),
+            isa: kiln_cpu::isa().name(),
+            median_ms: round(med * 1e3, 6),
+            us_per_iter: round(med * 1e6, 3),
+            gflop_per_s: round(2.0 * 64f64.powi(3) / med / 1e9, 2),
+        });
     }
-    if wanted(only, "W7") {
+    if wanted(only, Workload::W7) {
         let batch = 256;
         let x = uniform(&[batch, 784], 21);
         let labels: Vec<i64> = (0..batch as i64).map(|i| (i * 7) % 10).collect();
@@ -473,17 +606,10 @@ impl EvalInto for Array {
 
 #[allow(clippy::default_constructed_unit_structs)] // the backend may gain state (a pool)
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let quick = args.iter().any(|a| a == "--quick");
-    // `--only W1,W2,...`: just those workloads (W1..W7, W1_kept, W1_pool, triad), none of the
-    // compiler ones.
-    let only: Option<Vec<String>> = args
-        .iter()
-        .position(|a| a == "--only")
-        .and_then(|i| args.get(i + 1))
-        .map(|l| l.split(',').map(str::to_owned).collect());
-    if only.is_some() {
-        workloads(quick, &only);
+    let cli = Cli::parse();
+    let quick = cli.quick;
+    if let Some(only) = &cli.only {
+        workloads(quick, Some(only));
         return;
     }
     let reps = if quick { 5 } else { 101 };
@@ -494,27 +620,28 @@ fn main() {
         let (med, lo, hi) = time(reps, || {
             std::hint::black_box(chain(&x, nodes));
         });
-        json(&[
-            ("workload", s("build")),
-            ("nodes", nodes.to_string()),
-            ("median_us", format!("{:.2}", med * 1e6)),
-            ("min_us", format!("{:.2}", lo * 1e6)),
-            ("max_us", format!("{:.2}", hi * 1e6)),
-        ]);
+        emit(&NodesTiming {
+            workload: "build",
+            nodes,
+            median_us: round(med * 1e6, 2),
+            min_us: round(lo * 1e6, 2),
+            max_us: round(hi * 1e6, 2),
+            goal_us_at_100: None,
+        });
         let y = chain(&x, nodes);
         let roots: [&NodeRef; 1] = [y.node()];
         engine.evaluate(&roots).expect("evaluates"); // compile once
         let (med, lo, hi) = time(reps, || {
             std::hint::black_box(engine.prepare(&roots).expect("cached"));
         });
-        json(&[
-            ("workload", s("cache_hit")),
-            ("nodes", nodes.to_string()),
-            ("median_us", format!("{:.2}", med * 1e6)),
-            ("min_us", format!("{:.2}", lo * 1e6)),
-            ("max_us", format!("{:.2}", hi * 1e6)),
-            ("goal_us_at_100", "10".into()),
-        ]);
+        emit(&NodesTiming {
+            workload: "cache_hit",
+            nodes,
+            median_us: round(med * 1e6, 2),
+            min_us: round(lo * 1e6, 2),
+            max_us: round(hi * 1e6, 2),
+            goal_us_at_100: Some(10),
+        });
     }
 
     {
@@ -523,14 +650,14 @@ fn main() {
             let e = LazyExpr::from_roots(&[y.node()]);
             std::hint::black_box(compile(&e).expect("compiles"));
         });
-        json(&[
-            ("workload", s("compile")),
-            ("nodes", "1000".into()),
-            ("median_ms", format!("{:.3}", med * 1e3)),
-            ("min_ms", format!("{:.3}", lo * 1e3)),
-            ("max_ms", format!("{:.3}", hi * 1e3)),
-            ("goal_ms", "20".into()),
-        ]);
+        emit(&CompileTiming {
+            workload: "compile",
+            nodes: 1000,
+            median_ms: round(med * 1e3, 3),
+            min_ms: round(lo * 1e3, 3),
+            max_ms: round(hi * 1e3, 3),
+            goal_ms: 20,
+        });
     }
 
     // W1 peak memory at 64M elements (16M with --quick).
@@ -548,25 +675,69 @@ fn main() {
         let secs = start.elapsed().as_secs_f64();
         let hwm_after = vm_hwm_bytes();
         let extra = match (hwm_before, hwm_after) {
-            (Some(b), Some(a)) => (a.saturating_sub(b)).to_string(),
-            _ => "null".into(),
+            (Some(b), Some(a)) => Some(a.saturating_sub(b)),
+            _ => None,
         };
-        json(&[
-            ("workload", s("W1_memory")),
-            ("n", n.to_string()),
-            ("kernels", plan.kernels.len().to_string()),
-            ("allocations", plan.allocations.to_string()),
-            ("plan_peak_bytes", plan.peak_bytes.to_string()),
-            ("inputs_plus_output_bytes", io.to_string()),
-            (
-                "ratio_inputs_plus_peak_to_inputs_plus_output",
-                format!("{:.4}", (4 * 4 * n + plan.peak_bytes) as f64 / io as f64),
+        emit(&W1Memory {
+            workload: "W1_memory",
+            n,
+            kernels: plan.kernels.len(),
+            allocations: plan.allocations,
+            plan_peak_bytes: plan.peak_bytes,
+            inputs_plus_output_bytes: io,
+            ratio_inputs_plus_peak_to_inputs_plus_output: round(
+                (4 * 4 * n + plan.peak_bytes) as f64 / io as f64,
+                4,
             ),
-            ("process_hwm_growth_bytes", extra),
-            ("output_bytes", (4 * n).to_string()),
-            ("eval_ms", format!("{:.1}", secs * 1e3)),
-        ]);
+            process_hwm_growth_bytes: extra,
+            output_bytes: 4 * n,
+            eval_ms: round(secs * 1e3, 1),
+        });
     }
 
-    workloads(quick, &None);
+    workloads(quick, None);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn command_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn documented_invocations_parse() {
+        // benches/peers/peers.py, benches/README.md, docs/performance.md
+        let cli = Cli::try_parse_from([
+            "kiln-bench",
+            "--only",
+            "triad,W1,W2,W3,W4,W5,W6,W7",
+            "--quick",
+        ])
+        .unwrap();
+        assert!(cli.quick);
+        assert_eq!(cli.only.as_ref().map(Vec::len), Some(8));
+        let cli = Cli::try_parse_from(["kiln-bench", "--only", "triad,W1_kept,W1_pool"]).unwrap();
+        let only = cli.only.unwrap();
+        assert!(wanted(Some(&only), Workload::W1Kept));
+        assert!(!wanted(Some(&only), Workload::W1));
+        assert!(wanted(None, Workload::W7));
+    }
+
+    #[test]
+    fn unknown_workloads_are_usage_errors() {
+        for bad in [
+            &["--only", "W8"][..],
+            &["--only", ""],
+            &["--only", "w1"],
+            &["--bogus"],
+        ] {
+            let e = Cli::try_parse_from(std::iter::once("kiln-bench").chain(bad.iter().copied()))
+                .unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{bad:?}");
+        }
+    }
 }
