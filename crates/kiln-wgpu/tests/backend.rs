@@ -2,7 +2,8 @@
 //! across sizes and scalar values, the buffer pool returning to its level, many threads on
 //! one device, value errors raised inside kernels, grids beyond 65,535 workgroups,
 //! multi-pass reductions, tiled matmul edges. Skipped (with a message) without an adapter,
-//! unless `KILN_REQUIRE_GPU=1`.
+//! unless `KILN_REQUIRE_GPU=1`; a test that needs f64 or i64 is skipped (with a message naming
+//! the missing feature) on an adapter without it, e.g. llvmpipe's GL.
 
 use kiln_compiler::Engine;
 use kiln_ir::{build, BinaryOp, DType, Error, HostData, NodeRef, ReduceOp, Scalar, Shape, UnaryOp};
@@ -19,6 +20,28 @@ fn engine() -> Option<Engine<WgpuBackend>> {
             None
         }
     }
+}
+
+/// Whether `e`'s adapter computes with every dtype of `dtypes`; if not, prints which feature
+/// it lacks and why `test` is skipped.
+fn has_dtypes(e: &Engine<WgpuBackend>, dtypes: &[DType], test: &str) -> bool {
+    let caps = e.backend().capabilities();
+    let missing: Vec<&str> = dtypes
+        .iter()
+        .filter_map(|d| match d {
+            DType::F64 if !caps.f64 => Some("SHADER_F64 (f64)"),
+            DType::I64 if !caps.i64 => Some("SHADER_INT64 (i64)"),
+            _ => None,
+        })
+        .collect();
+    if !missing.is_empty() {
+        eprintln!(
+            "{test}: skipped: the adapter {} lacks {}",
+            caps.adapter,
+            missing.join(", ")
+        );
+    }
+    missing.is_empty()
 }
 
 fn f32s(v: Vec<f32>) -> NodeRef {
@@ -114,10 +137,6 @@ fn threads_share_one_device() {
 #[test]
 fn value_errors_raised_in_kernels_surface_as_on_the_cpu() {
     let Some(e) = engine() else { return };
-    if !e.backend().capabilities().i64 {
-        eprintln!("skipped: the adapter has no i64 (indices and these errors are i64)");
-        return;
-    }
     let table = f32s(vec![1.0, 2.0, 3.0]);
     let idx = build::data(HostData::from(vec![0i32, 5, 1]), Shape::from([3])).unwrap();
     let t = build::take(&table, &idx, 0).unwrap();
@@ -128,12 +147,22 @@ fn value_errors_raised_in_kernels_surface_as_on_the_cpu() {
         }) => {}
         other => panic!("expected IndexOutOfRange, got {other:?}"),
     }
-    let a = build::data(HostData::from(vec![7i64, 8]), Shape::from([2])).unwrap();
-    let z = build::data(HostData::from(vec![1i64, 0]), Shape::from([2])).unwrap();
-    let q = build::binary(BinaryOp::FloorDiv, &a, &z).unwrap();
-    match e.evaluate(&[&q]) {
-        Err(Error::DivisionByZero { dividend: 8, .. }) => {}
-        other => panic!("expected DivisionByZero, got {other:?}"),
+    // integer division by zero, in i32 and (where the adapter has it) i64
+    let i32_div = (HostData::from(vec![7i32, 8]), HostData::from(vec![1i32, 0]));
+    let i64_div = (HostData::from(vec![7i64, 8]), HostData::from(vec![1i64, 0]));
+    let mut divs = vec![i32_div];
+    if has_dtypes(&e, &[DType::I64], "value errors in i64 kernels") {
+        divs.push(i64_div);
+    }
+    for (a, z) in divs {
+        let d = a.dtype();
+        let a = build::data(a, Shape::from([2])).unwrap();
+        let z = build::data(z, Shape::from([2])).unwrap();
+        let q = build::binary(BinaryOp::FloorDiv, &a, &z).unwrap();
+        match e.evaluate(&[&q]) {
+            Err(Error::DivisionByZero { dividend: 8, .. }) => {}
+            other => panic!("{d}: expected DivisionByZero, got {other:?}"),
+        }
     }
     // The device is fine afterwards.
     let idx = build::data(HostData::from(vec![-1i32, 0]), Shape::from([2])).unwrap();
@@ -217,8 +246,7 @@ fn matmul_tiles_edges_batches_views_and_epilogues_match_the_reference() {
 #[test]
 fn f64_transcendentals_are_accurate_over_their_range() {
     let Some(e) = engine() else { return };
-    if !e.backend().capabilities().f64 {
-        eprintln!("skipped: the adapter has no f64");
+    if !has_dtypes(&e, &[DType::F64], "f64 transcendentals") {
         return;
     }
     let xs: Vec<f64> = (-400..=400)
@@ -266,10 +294,6 @@ fn f64_transcendentals_are_accurate_over_their_range() {
 #[test]
 fn gathers_from_generated_tables_and_top_k_match_the_reference() {
     let Some(e) = engine() else { return };
-    if !e.backend().capabilities().i64 {
-        eprintln!("skipped: the adapter has no i64 (indices and these errors are i64)");
-        return;
-    }
     let table = build::iota(Shape::from([5, 3]), 0, DType::F32).unwrap();
     let idx = build::data(HostData::from(vec![4i32, 0, -1, 2]), Shape::from([4])).unwrap();
     let t = build::take(&table, &idx, 0).unwrap();
@@ -282,8 +306,14 @@ fn gathers_from_generated_tables_and_top_k_match_the_reference() {
     .unwrap();
     let (v, i) = build::top_k(&r, 5).unwrap();
     let c = build::concat(&[table.clone(), t.clone()], 0).unwrap();
-    let got = e.evaluate(&[&t, &v, &i, &c]).unwrap();
-    let want = reference(&[&t, &v, &i, &c]).unwrap();
+    // top_k's indices are i64
+    let roots = if has_dtypes(&e, &[DType::I64], "top_k indices") {
+        vec![&t, &v, &i, &c]
+    } else {
+        vec![&t, &v, &c]
+    };
+    let got = e.evaluate(&roots).unwrap();
+    let want = reference(&roots).unwrap();
     for (g, w) in got.iter().zip(&want) {
         assert_close(g, w, 1e-6);
     }
@@ -295,6 +325,20 @@ fn gathers_from_generated_tables_and_top_k_match_the_reference() {
 #[test]
 fn argmax_and_argmin_over_long_and_short_rows_match_a_plain_loop() {
     let Some(e) = engine() else { return };
+    // the indices are i64: without them, the documented error (not a panic or a wrong value)
+    if !has_dtypes(&e, &[DType::I64], "argmax/argmin") {
+        let x = f32s(vec![1.0, 3.0, 2.0]);
+        let y = build::arg_reduce(kiln_ir::ArgReduceOp::ArgMax, &x, Some(0), false).unwrap();
+        match e.evaluate(&[&y]) {
+            Err(Error::UnsupportedDType {
+                dtype: DType::I64, ..
+            }) => {}
+            other => {
+                panic!("argmax without SHADER_INT64: expected UnsupportedDType, got {other:?}")
+            }
+        }
+        return;
+    }
     // (rows, row length): one 10M row (two passes), rows across the 4,096 chunk, short rows
     for (rows, len) in [(1usize, 10_000_000usize), (3, 20_000), (5, 4_097), (7, 40)] {
         for case in 0..3 {

@@ -13,7 +13,7 @@
 //!
 //! Depends on [`crate::eval`] (the engines).
 
-use kiln_ir::{Error, Result};
+use kiln_ir::{DType, Error, Result};
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::Array;
@@ -62,6 +62,46 @@ impl Device {
             Device::Wgpu => crate::eval::wgpu_engine().is_ok(),
             #[cfg(not(feature = "wgpu"))]
             Device::Wgpu => false,
+        }
+    }
+
+    /// Whether evaluations on this device can compute with `dtype` here. The CPU computes
+    /// with every dtype. A wgpu adapter computes with `f64` only if it has wgpu's
+    /// `SHADER_F64` feature and with `i64` only if it has `SHADER_INT64` (software GL
+    /// (llvmpipe) has neither; lavapipe's Vulkan has both); evaluating a graph with such a
+    /// dtype on an adapter without the feature fails with [`Error::UnsupportedDType`] naming
+    /// it. An unavailable device supports no dtype. For wgpu, the first call opens the adapter.
+    ///
+    /// ```
+    /// use kiln::{DType, Device};
+    /// assert!(DType::ALL.iter().all(|&d| Device::Cpu.supports(d)));
+    /// // Pick the widest float the device computes with.
+    /// let dev = Device::Wgpu;
+    /// let float = if dev.supports(DType::F64) { DType::F64 } else { DType::F32 };
+    /// if dev.is_available() {
+    ///     assert!(dev.supports(float));
+    /// }
+    /// ```
+    pub fn supports(self, dtype: DType) -> bool {
+        match self {
+            Device::Cpu => true,
+            #[cfg(feature = "wgpu")]
+            Device::Wgpu => match crate::eval::wgpu_engine() {
+                Ok(e) => {
+                    let c = e.backend().capabilities();
+                    match dtype {
+                        DType::F64 => c.f64,
+                        DType::I64 => c.i64,
+                        DType::Bool | DType::I32 | DType::F32 => true,
+                    }
+                }
+                Err(_) => false,
+            },
+            #[cfg(not(feature = "wgpu"))]
+            Device::Wgpu => {
+                let _ = dtype;
+                false
+            }
         }
     }
 

@@ -654,8 +654,18 @@ fn fixtures() -> Fixtures {
     }
 }
 
+/// How a case that kiln did not fail went.
+enum Outcome {
+    /// Checked against numpy.
+    Passed,
+    /// Not checked: evaluating it on the device failed with
+    /// [`kiln::Error::UnsupportedDType`] for this dtype, which the device lacks (a wgpu
+    /// adapter without `SHADER_F64`/`SHADER_INT64`; see `common::lacked_dtype`).
+    Lacks(DType),
+}
+
 /// Runs one case on `device`; `Err` describes how kiln failed it.
-fn run_case(case: &Value, shared: &[Value], device: Device) -> Result<(), String> {
+fn run_case(case: &Value, shared: &[Value], device: Device) -> Result<Outcome, String> {
     let op = case["op"].as_str().expect("an op name");
     let empty = Value::Object(Default::default());
     let args = Args(case.get("args").unwrap_or(&empty));
@@ -669,7 +679,7 @@ fn run_case(case: &Value, shared: &[Value], device: Device) -> Result<(), String
     if let Some(stage) = case.get("error") {
         let stage = stage.as_str().expect("an error stage");
         return match (stage, built) {
-            ("build", Err(_)) => Ok(()),
+            ("build", Err(_)) => Ok(Outcome::Passed),
             ("build", Ok(outs)) => {
                 let refs: Vec<&Array> = outs.iter().collect();
                 Err(match kiln::eval_on(device, &refs) {
@@ -683,7 +693,10 @@ fn run_case(case: &Value, shared: &[Value], device: Device) -> Result<(), String
             ("eval", Ok(outs)) => {
                 let refs: Vec<&Array> = outs.iter().collect();
                 match kiln::eval_on(device, &refs) {
-                    Err(_) => Ok(()),
+                    Err(e) => Ok(match common::lacked_dtype(device, &e) {
+                        Some(d) => Outcome::Lacks(d),
+                        None => Outcome::Passed,
+                    }),
                     Ok(()) => Err("expected an evaluation error; kiln evaluated it".into()),
                 }
             }
@@ -692,7 +705,12 @@ fn run_case(case: &Value, shared: &[Value], device: Device) -> Result<(), String
     }
     let outs = built.map_err(|e| format!("build error: {e}"))?;
     let refs: Vec<&Array> = outs.iter().collect();
-    kiln::eval_on(device, &refs).map_err(|e| format!("evaluation error: {e}"))?;
+    if let Err(e) = kiln::eval_on(device, &refs) {
+        return match common::lacked_dtype(device, &e) {
+            Some(d) => Ok(Outcome::Lacks(d)),
+            None => Err(format!("evaluation error: {e}")),
+        };
+    }
     let expected: Vec<Tensor> = case["expected"]
         .as_array()
         .expect("expected outputs")
@@ -713,7 +731,7 @@ fn run_case(case: &Value, shared: &[Value], device: Device) -> Result<(), String
         .filter_map(|(i, (a, e))| compare(op, a, e).map(|m| format!("output {i}: {m}")))
         .collect();
     if problems.is_empty() {
-        Ok(())
+        Ok(Outcome::Passed)
     } else {
         Err(problems.join("; "))
     }
@@ -764,6 +782,7 @@ fn run_suite(device: Device) {
     }));
     let mut failures = Vec::new();
     let mut skips: BTreeMap<String, usize> = BTreeMap::new();
+    let mut lacks = common::DTypeSkips::default();
     let mut per_op: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     for case in &fx.cases {
         let name = case["name"].as_str().expect("a case name");
@@ -776,27 +795,26 @@ fn run_suite(device: Device) {
             .unwrap_or_else(|p| Err(format!("panicked: {}", panic_message(&*p))));
         let e = per_op.entry(op).or_default();
         e.0 += 1;
-        if let Err(msg) = r {
+        match r {
+            Ok(Outcome::Passed) => {}
             // An adapter without f64/i64 support reports it; that is the documented outcome.
-            if device == Device::Wgpu && msg.contains("lacks the SHADER_") {
-                *skips
-                    .entry("the adapter lacks SHADER_F64/SHADER_INT64".into())
-                    .or_default() += 1;
-                continue;
+            Ok(Outcome::Lacks(d)) => lacks.add(d),
+            Err(msg) => {
+                e.1 += 1;
+                let note = case
+                    .get("note")
+                    .and_then(Value::as_str)
+                    .map(|n| format!(" [note: {n}]"))
+                    .unwrap_or_default();
+                failures.push(format!("{name}: {msg}{note}"));
             }
-            e.1 += 1;
-            let note = case
-                .get("note")
-                .and_then(Value::as_str)
-                .map(|n| format!(" [note: {n}]"))
-                .unwrap_or_default();
-            failures.push(format!("{name}: {msg}{note}"));
         }
     }
     let _ = std::panic::take_hook(); // back to the default hook
     for (why, n) in &skips {
         eprintln!("numpy fixtures on {device}: skipped {n} case(s): {why}");
     }
+    lacks.report("numpy fixtures", device, fx.cases.len());
     let failing_ops: Vec<String> = per_op
         .iter()
         .filter(|(_, (_, f))| *f > 0)

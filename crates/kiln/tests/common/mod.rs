@@ -16,3 +16,62 @@ pub fn wgpu_or_skip(what: &str) -> bool {
     eprintln!("{what}: skipped on wgpu: {why}");
     false
 }
+
+/// The wgpu feature an adapter needs to compute with `dtype` (`SHADER_F64`, `SHADER_INT64`),
+/// for skip messages; `None` for the dtypes every adapter has.
+#[allow(dead_code)]
+pub fn wgpu_feature(dtype: kiln::DType) -> Option<&'static str> {
+    match dtype {
+        kiln::DType::F64 => Some("SHADER_F64"),
+        kiln::DType::I64 => Some("SHADER_INT64"),
+        _ => None,
+    }
+}
+
+/// The dtype `device` lacks that `err` reports: `Some` only for an
+/// [`kiln::Error::UnsupportedDType`] of a dtype that [`kiln::Device::supports`] says the
+/// device does not compute with. Any other error (a value error, an unsupported dtype the
+/// device *does* have, a wrong result) is `None`: the caller must treat it as a failure.
+#[allow(dead_code)]
+pub fn lacked_dtype(device: kiln::Device, err: &kiln::Error) -> Option<kiln::DType> {
+    match err {
+        kiln::Error::UnsupportedDType { dtype, .. } if !device.supports(*dtype) => Some(*dtype),
+        _ => None,
+    }
+}
+
+/// Counts the cases a suite skipped because the device lacks a dtype, and says so.
+#[allow(dead_code)]
+#[derive(Default)]
+pub struct DTypeSkips(std::collections::BTreeMap<kiln::DType, usize>);
+
+#[allow(dead_code)]
+impl DTypeSkips {
+    /// Records one case skipped for `dtype`.
+    pub fn add(&mut self, dtype: kiln::DType) {
+        *self.0.entry(dtype).or_default() += 1;
+    }
+
+    /// Cases skipped in all.
+    pub fn total(&self) -> usize {
+        self.0.values().sum()
+    }
+
+    /// Prints one line, e.g. `random DAGs on wgpu: skipped 37 of 200 cases: the adapter
+    /// lacks SHADER_F64 (f64: 30 cases), SHADER_INT64 (i64: 7 cases)`; nothing when none.
+    pub fn report(&self, what: &str, device: kiln::Device, of: usize) {
+        if self.0.is_empty() {
+            return;
+        }
+        let why: Vec<String> = self
+            .0
+            .iter()
+            .map(|(d, n)| format!("{} ({d}: {n} cases)", wgpu_feature(*d).unwrap_or("?")))
+            .collect();
+        eprintln!(
+            "{what} on {device}: skipped {} of {of} cases: the adapter lacks {}",
+            self.total(),
+            why.join(", ")
+        );
+    }
+}
