@@ -660,6 +660,29 @@ fn main() {
         });
     }
 
+    // Deep graphs: a fresh chain of N nodes built, traced, compiled and run (every walk is
+    // iterative and linear; issue 25), once per repetition on an empty cache.
+    for &nodes in if quick {
+        &[100_000usize][..]
+    } else {
+        &[100_000, 1_000_000][..]
+    } {
+        let (med, lo, hi) = time(3, || {
+            kiln::clear_cache();
+            let y = chain(&x, nodes);
+            y.eval().expect("a deep chain evaluates");
+            std::hint::black_box(y);
+        });
+        emit(&CompileTiming {
+            workload: "deep_chain_first_eval",
+            nodes,
+            median_ms: round(med * 1e3, 3),
+            min_ms: round(lo * 1e3, 3),
+            max_ms: round(hi * 1e3, 3),
+            goal_ms: (nodes / 1000) as u32 * 10,
+        });
+    }
+
     // W1 peak memory at 64M elements (16M with --quick).
     {
         let n = if quick { 1 << 24 } else { 1 << 26 };

@@ -326,7 +326,8 @@ fn side_outputs(g: &Graph, class: &[Class], mat: &mut [bool], cost: &[u32]) -> V
     let mut users: Vec<SmallVec<[u32; 4]>> = vec![SmallVec::new(); n];
     for (i, node) in g.nodes.iter().enumerate() {
         for &j in &node.inputs {
-            if !users[j as usize].contains(&(i as u32)) {
+            // users are pushed in node order: a repeated operand repeats the last entry
+            if users[j as usize].last() != Some(&(i as u32)) {
                 users[j as usize].push(i as u32);
             }
         }
@@ -434,6 +435,8 @@ fn limit_inputs(g: &Graph, class: &[Class], mat: &mut [bool], max_inputs: usize)
 struct ProgramBuilder {
     program: Program,
     inputs: Vec<Input>,
+    /// Each input's position in `inputs` (a fused chain may read many distinct arrays).
+    input_index: hashbrown::HashMap<Input, u32>,
     memo: hashbrown::HashMap<(u32, Vec<ViewOp>), u32>,
     fused: Vec<u32>,
 }
@@ -443,6 +446,7 @@ impl ProgramBuilder {
         ProgramBuilder {
             program: Program::default(),
             inputs: Vec::new(),
+            input_index: hashbrown::HashMap::new(),
             memo: hashbrown::HashMap::new(),
             fused: Vec::new(),
         }
@@ -462,13 +466,11 @@ impl ProgramBuilder {
                 ops: ops.iter().cloned().collect(),
             },
         };
-        let idx = match self.inputs.iter().position(|x| *x == input) {
-            Some(p) => p,
-            None => {
-                self.inputs.push(input);
-                self.inputs.len() - 1
-            }
-        } as u32;
+        let inputs = &mut self.inputs;
+        let idx = *self.input_index.entry(input.clone()).or_insert_with(|| {
+            inputs.push(input);
+            inputs.len() as u32 - 1
+        });
         self.push(InstOp::Load(idx), node.dtype)
     }
 }

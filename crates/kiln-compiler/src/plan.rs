@@ -12,7 +12,7 @@ use kiln_ir::{
 use smallvec::SmallVec;
 
 /// Where a kernel input's elements come from.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Source {
     /// Input data `Bindings::params[i]`, contiguous, read-only.
     Param(u32),
@@ -58,7 +58,7 @@ pub enum ViewOp {
 }
 
 /// A strided window onto a source: the source's contiguous `base` shape, then movement ops.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct View {
     /// The source's own shape (row-major, contiguous).
     pub base: SymShape,
@@ -254,7 +254,7 @@ impl View {
 }
 
 /// A kernel input: a source read through a view.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Input {
     /// Where the elements live.
     pub source: Source,

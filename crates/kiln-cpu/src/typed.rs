@@ -193,8 +193,12 @@ macro_rules! with_variant {
 pub(crate) use with_variant;
 
 /// From this size on, [`Aligned::try_zeroed`] asks the allocator whether it can have the
-/// memory before allocating it (smaller requests cannot fail short of the whole machine).
-const TRY_RESERVE_MIN_BYTES: usize = 1 << 20;
+/// memory before allocating it. Smaller requests cannot fail short of the whole machine
+/// (and under Linux's overcommit only requests near the machine's memory fail); and the
+/// probe stays above glibc's largest dynamic mmap threshold (32 MiB), since freeing a
+/// smaller probe would raise that threshold and move later buffers of its size from fresh,
+/// kernel-zeroed pages to the heap, which `calloc` must clear (W5's 4 MiB outputs: 8 %).
+const TRY_RESERVE_MIN_BYTES: usize = 1 << 30;
 
 /// The boundary [`Aligned`] storage starts on: one cache line, one AVX-512 vector.
 pub const ALIGN_BYTES: usize = 64;
