@@ -196,6 +196,30 @@ pub enum Error {
     },
 }
 
+/// Matches every variant that names the user's operation in an `op: &'static str` field,
+/// binding it to `$op`; `Error::Verifier` (a node's op, as a string) goes to `$verifier`.
+macro_rules! match_op {
+    ($e:expr, $op:ident => $named:expr, $verifier:pat => $v:expr) => {
+        match $e {
+            Error::ShapeMismatch { op: $op, .. }
+            | Error::InvalidAxis { op: $op, .. }
+            | Error::UnsupportedDType { op: $op, .. }
+            | Error::DTypeMismatch { op: $op, .. }
+            | Error::DataLength { op: $op, .. }
+            | Error::InvalidReshape { op: $op, .. }
+            | Error::ScalarOverflow { op: $op, .. }
+            | Error::InvalidArgument { op: $op, .. }
+            | Error::IndexOutOfRange { op: $op, .. }
+            | Error::DivisionByZero { op: $op, .. }
+            | Error::NegativeIntegerPower { op: $op, .. }
+            | Error::NotAScalar { op: $op, .. }
+            | Error::TooLarge { op: $op, .. }
+            | Error::OutOfMemory { op: $op, .. } => $named,
+            $verifier => $v,
+        }
+    };
+}
+
 impl Error {
     /// The operation the error names.
     ///
@@ -204,23 +228,7 @@ impl Error {
     /// assert_eq!(e.op(), "sum");
     /// ```
     pub fn op(&self) -> &str {
-        match self {
-            Error::ShapeMismatch { op, .. }
-            | Error::InvalidAxis { op, .. }
-            | Error::UnsupportedDType { op, .. }
-            | Error::DTypeMismatch { op, .. }
-            | Error::DataLength { op, .. }
-            | Error::InvalidReshape { op, .. }
-            | Error::ScalarOverflow { op, .. }
-            | Error::InvalidArgument { op, .. }
-            | Error::IndexOutOfRange { op, .. }
-            | Error::DivisionByZero { op, .. }
-            | Error::NegativeIntegerPower { op, .. }
-            | Error::NotAScalar { op, .. }
-            | Error::TooLarge { op, .. }
-            | Error::OutOfMemory { op, .. } => op,
-            Error::Verifier { op, .. } => op,
-        }
+        match_op!(self, op => op, Error::Verifier { op, .. } => op)
     }
 
     /// The same error naming `user_op`: what an operation written with others (`mean` with
@@ -232,23 +240,7 @@ impl Error {
     /// assert!(e.with_op("mean").to_string().starts_with("mean: axis 3"));
     /// ```
     pub fn with_op(mut self, user_op: &'static str) -> Error {
-        match &mut self {
-            Error::ShapeMismatch { op, .. }
-            | Error::InvalidAxis { op, .. }
-            | Error::UnsupportedDType { op, .. }
-            | Error::DTypeMismatch { op, .. }
-            | Error::DataLength { op, .. }
-            | Error::InvalidReshape { op, .. }
-            | Error::ScalarOverflow { op, .. }
-            | Error::InvalidArgument { op, .. }
-            | Error::IndexOutOfRange { op, .. }
-            | Error::DivisionByZero { op, .. }
-            | Error::NegativeIntegerPower { op, .. }
-            | Error::NotAScalar { op, .. }
-            | Error::TooLarge { op, .. }
-            | Error::OutOfMemory { op, .. } => *op = user_op,
-            Error::Verifier { .. } => {}
-        }
+        match_op!(&mut self, op => *op = user_op, Error::Verifier { .. } => {});
         self
     }
 }

@@ -105,15 +105,7 @@ struct Options {
 
 /// Reads the config file the command line names, if any, and returns the checked [`options`].
 fn resolve(cli: &Raw) -> Result<Options, OptionError> {
-    let file = match &cli.config {
-        Some(p) => common::read_config(p)?,
-        None => Raw::default(),
-    };
-    options(&Merge {
-        cli,
-        file: &file,
-        path: cli.config.as_deref(),
-    })
+    common::resolve(cli, cli.config.as_deref(), options)
 }
 
 /// The command line over the config file: defaults applied, every value checked.

@@ -90,6 +90,25 @@ pub fn parse_config<T: DeserializeOwned + Default>(
     })
 }
 
+/// Reads the config file at `config`, if any, and hands the command line over it to
+/// `options`, which applies the defaults and checks every value (what both binaries'
+/// `-c FILE.yml` does).
+pub fn resolve<R: DeserializeOwned + Default, O>(
+    cli: &R,
+    config: Option<&Path>,
+    options: impl FnOnce(&Merge<'_, R>) -> Result<O, OptionError>,
+) -> Result<O, OptionError> {
+    let file = match config {
+        Some(p) => read_config(p)?,
+        None => R::default(),
+    };
+    options(&Merge {
+        cli,
+        file: &file,
+        path: config,
+    })
+}
+
 /// The command line's options over the config file's, each value checked as it is taken.
 pub struct Merge<'a, R> {
     /// The command line.
