@@ -207,19 +207,30 @@ fn layout(
 }
 
 /// The part of `a` a summary shows: every axis longer than `2 * EDGE` cut to its first and
-/// last `EDGE` items (lazy: nothing else is evaluated).
+/// last `EDGE` items (lazy: nothing else is evaluated). Each corner block is one slice of
+/// `a` cut on every long axis at once, and only those small blocks are concatenated, so no
+/// intermediate holds more than the summary.
 fn edges(a: &Array) -> kiln_ir::Result<Array> {
-    let mut x = a.clone();
-    for (axis, &n) in a.shape().iter().enumerate() {
-        if n > 2 * EDGE {
-            let mut head = vec![crate::SliceArg::range(None, None, 1); a.ndim()];
-            let mut tail = head.clone();
-            head[axis] = crate::SliceArg::range(None, Some(EDGE as isize), 1);
-            tail[axis] = crate::SliceArg::range(Some(-(EDGE as isize)), None, 1);
-            x = Array::try_concat(&[&x.try_slice(&head)?, &x.try_slice(&tail)?], axis as isize)?;
-        }
-    }
-    Ok(x)
+    let long: Vec<usize> = (0..a.ndim())
+        .filter(|&ax| a.shape()[ax] > 2 * EDGE)
+        .collect();
+    let all = vec![crate::SliceArg::range(None, None, 1); a.ndim()];
+    corners(a, &long, all)
+}
+
+/// The blocks of `a` at the ends of the long axes `long` (within the cuts `args` made so
+/// far), joined along them. Recursion depth: the number of long axes, at most the rank.
+fn corners(a: &Array, long: &[usize], args: Vec<crate::SliceArg>) -> kiln_ir::Result<Array> {
+    let Some((&ax, rest)) = long.split_first() else {
+        return a.try_slice(&args);
+    };
+    let (mut head, mut tail) = (args.clone(), args);
+    head[ax] = crate::SliceArg::range(None, Some(EDGE as isize), 1);
+    tail[ax] = crate::SliceArg::range(Some(-(EDGE as isize)), None, 1);
+    Array::try_concat(
+        &[&corners(a, rest, head)?, &corners(a, rest, tail)?],
+        ax as isize,
+    )
 }
 
 /// Renders `data`, the values shown of an array of `shape` (all of them, or for an array

@@ -50,7 +50,7 @@ pub use kiln_compiler::{CacheStats, KernelReport, MissReason, MissRecord, Report
 pub use kiln_ir::build::SliceArg;
 pub use kiln_ir::{
     ArgReduceOp, BinaryOp, DType, Element, Error, LazyExpr, ReduceOp, Result, Scalar, Shared,
-    UnaryOp,
+    UnaryOp, MAX_ELEMENTS,
 };
 pub use movement::IntoSliceArg;
 pub use ops::{IntoOperand, Operand};

@@ -282,3 +282,110 @@ fn creation_with_hostile_sizes_and_bounds() {
         assert!(Array::linspace(bad, 1.0, 3, DType::F64).is_err());
     }
 }
+
+/// Dimensions from empty to far past `usize`.
+fn hostile_dim() -> impl Strategy<Value = usize> {
+    prop::sample::select(vec![
+        0,
+        1,
+        2,
+        7,
+        1 << 20,
+        1 << 31,
+        1 << 40,
+        1 << 59,
+        1 << 62,
+        usize::MAX / 2,
+        usize::MAX,
+    ])
+}
+
+/// The exact element count of `dims`, `None` past `u128`.
+fn exact(dims: &[usize]) -> Option<u128> {
+    dims.iter()
+        .try_fold(1u128, |n, &d| n.checked_mul(d as u128))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Building with any shape either succeeds with exactly the elements the shape has (at
+    /// most `MAX_ELEMENTS`) or is a `TooLarge` error naming the call: never a wrapped size.
+    #[test]
+    fn shapes_never_wrap(a in prop::collection::vec(hostile_dim(), 0..4),
+                         b in prop::collection::vec(hostile_dim(), 0..4)) {
+        let fits = |dims: &[usize]| exact(dims).is_some_and(|n| n <= kiln::MAX_ELEMENTS as u128);
+        match Array::try_zeros(&a, DType::F32) {
+            Ok(x) => {
+                prop_assert!(fits(&a));
+                prop_assert_eq!(Some(x.size() as u128), exact(&a));
+            }
+            Err(e) => {
+                prop_assert!(!fits(&a));
+                prop_assert!(matches!(e, Error::TooLarge { op: "zeros", .. }), "{}", e);
+            }
+        }
+        let e = Array::from_vec(Vec::<f32>::new(), &a);
+        prop_assert_eq!(e.is_ok(), exact(&a) == Some(0), "{:?}", e.err());
+        // a broadcast of two arrays that exist
+        if let (Ok(x), Ok(y)) = (Array::try_zeros(&a, DType::F32), Array::try_zeros(&b, DType::F32)) {
+            match x.try_add(&y) {
+                Ok(z) => {
+                    prop_assert!(fits(z.shape()));
+                    prop_assert_eq!(Some(z.size() as u128), exact(z.shape()));
+                }
+                Err(e) => prop_assert!(
+                    matches!(e, Error::TooLarge { op: "add", .. } | Error::ShapeMismatch { op: "add", .. }),
+                    "{}", e
+                ),
+            }
+            if a.len() == 1 && b.len() == 1 {
+                let total = a[0] as u128 + b[0] as u128;
+                match Array::try_concat(&[&x, &y], 0) {
+                    Ok(z) => prop_assert_eq!(z.size() as u128, total),
+                    Err(e) => {
+                        prop_assert!(total > kiln::MAX_ELEMENTS as u128);
+                        prop_assert_eq!(e.op(), "concat");
+                    }
+                }
+            }
+        }
+    }
+
+    /// `full` of any integer: an `i32` array holds it exactly or the call is an error.
+    #[test]
+    fn full_never_wraps_an_integer(v in prop_oneof![any::<i64>(), -3i64..3,
+        Just(i32::MAX as i64), Just(i32::MAX as i64 + 1), Just(i32::MIN as i64), Just(i32::MIN as i64 - 1)]) {
+        match Array::try_full(&[2], v, DType::I32) {
+            Ok(a) => {
+                prop_assert!(i32::try_from(v).is_ok());
+                prop_assert_eq!(a.to_vec::<i32>().unwrap(), vec![v as i32; 2]);
+            }
+            Err(e) => {
+                prop_assert!(i32::try_from(v).is_err());
+                prop_assert!(matches!(e, Error::ScalarOverflow { op: "full", .. }), "{}", e);
+            }
+        }
+        prop_assert_eq!(Array::full(&[1], v, DType::I64).item::<i64>().unwrap(), v);
+    }
+
+    /// Printing any shape, however large, shows at most 6 items per axis and computes only
+    /// those: as many numbers as `∏ min(d, 6)` (every axis longer than 6 cut to its edges)
+    /// when the array has more than 1000 elements, all of them otherwise.
+    #[test]
+    fn printing_shows_only_the_edges(dims in prop::collection::vec(
+        prop::sample::select(vec![0usize, 1, 2, 6, 7, 1000, 1 << 20, 1 << 30]), 1..4)) {
+        prop_assume!(exact(&dims).is_some_and(|n| n <= kiln::MAX_ELEMENTS as u128));
+        let n = exact(&dims).unwrap();
+        let a = Array::ones(&dims, DType::I32);
+        let shown = within_deadline("print", move || a.to_string());
+        let numbers = shown.matches('1').count() as u128;
+        let want: u128 = if n > 1000 {
+            dims.iter().map(|&d| d.min(6) as u128).product()
+        } else {
+            n
+        };
+        prop_assert_eq!(numbers, want, "{}", shown);
+        prop_assert_eq!(shown.contains("..."), n > 1000 && dims.iter().any(|&d| d > 6));
+    }
+}
