@@ -60,7 +60,7 @@ fn a_million_node_chain_evaluates_inspects_differentiates_and_drops() {
 }
 
 /// One step of the mixed chain and its reference, on plain vectors.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 enum Step {
     AddRow,
     Scale,
@@ -87,11 +87,18 @@ fn argmax(v: &[f64]) -> usize {
 
 /// Forward pass in plain Rust, keeping every step's input for the backward pass.
 fn reference(x: &[f64], n: usize) -> (Vec<f64>, Vec<f64>) {
+    let steps: Vec<Step> = (0..n).map(|i| STEPS[i % STEPS.len()]).collect();
+    reference_of(x, &steps)
+}
+
+/// [`reference`] for any sequence of steps.
+fn reference_of(x: &[f64], steps: &[Step]) -> (Vec<f64>, Vec<f64>) {
+    let n = steps.len();
     let mut inputs: Vec<Vec<f64>> = Vec::with_capacity(n);
     let mut y = x.to_vec();
     for i in 0..n {
         inputs.push(y.clone());
-        y = match STEPS[i % STEPS.len()] {
+        y = match steps[i] {
             Step::AddRow => (0..3).map(|j| y[j] + ROW[j]).collect(),
             Step::Scale => y.iter().map(|v| v * 0.75).collect(),
             Step::SubMax => {
@@ -107,7 +114,7 @@ fn reference(x: &[f64], n: usize) -> (Vec<f64>, Vec<f64>) {
     // reverse mode by hand: the gradient of sum(y) with respect to x
     let mut g = vec![1.0f64; 3];
     for i in (0..n).rev() {
-        g = match STEPS[i % STEPS.len()] {
+        g = match steps[i] {
             Step::AddRow => g,
             Step::Scale => g.iter().map(|v| v * 0.75).collect(),
             Step::SubMax => {
@@ -126,6 +133,51 @@ fn reference(x: &[f64], n: usize) -> (Vec<f64>, Vec<f64>) {
     (y, g)
 }
 
+/// One step on a kiln array.
+fn apply(y: &Array, step: Step, row: &Array, mix: &Array) -> Array {
+    match step {
+        Step::AddRow => y + row,
+        Step::Scale => y * 0.75,
+        Step::SubMax => y - &y.max(None, true),
+        Step::MatMul => y.reshape(&[1, 3]).matmul(mix).reshape(&[3]),
+        Step::Reverse => y.slice(s![..;-1]),
+        Step::Permute => y
+            .reshape(&[3, 1])
+            .transpose()
+            .reshape(&[3])
+            .slice(s![..;-1]),
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 6, ..Default::default() })]
+
+    /// Random deep chains of the mixed steps, on a 2 MiB stack, equal the plain-Rust
+    /// forward and backward passes.
+    #[test]
+    fn random_deep_chains(steps in proptest::collection::vec(
+        proptest::sample::select(STEPS.to_vec()), 2_000..20_000)) {
+        let x0 = [1.5f64, -0.5, 0.25];
+        let (want_y, want_g) = reference_of(&x0, &steps);
+        let (tx, rx) = std::sync::mpsc::channel();
+        on_small_stack(move || {
+            let x = Array::from_vec(x0.to_vec(), &[3]).unwrap();
+            let row = Array::from_vec(ROW.to_vec(), &[3]).unwrap();
+            let mix = Array::from_vec(MIX.concat(), &[3, 3]).unwrap();
+            let mut y = x.clone();
+            for &step in &steps {
+                y = apply(&y, step, &row, &mix);
+            }
+            let g = kiln::grad(&y.sum(None, false), &[&x]).unwrap().remove(0);
+            kiln::eval(&[&y, &g]).unwrap();
+            tx.send((y.to_vec::<f64>().unwrap(), g.to_vec::<f64>().unwrap())).unwrap();
+        });
+        let (got_y, got_g) = rx.recv().unwrap();
+        close(&got_y, &want_y, 1e-9);
+        close(&got_g, &want_g, 1e-9);
+    }
+}
+
 #[test]
 fn a_hundred_thousand_mixed_steps_on_a_2_mib_stack() {
     on_small_stack(|| {
@@ -136,18 +188,7 @@ fn a_hundred_thousand_mixed_steps_on_a_2_mib_stack() {
         let mix = Array::from_vec(MIX.concat(), &[3, 3]).unwrap();
         let mut y = x.clone();
         for i in 0..N {
-            y = match STEPS[i % STEPS.len()] {
-                Step::AddRow => &y + &row,
-                Step::Scale => &y * 0.75,
-                Step::SubMax => &y - &y.max(None, true),
-                Step::MatMul => y.reshape(&[1, 3]).matmul(&mix).reshape(&[3]),
-                Step::Reverse => y.slice(s![..;-1]),
-                Step::Permute => y
-                    .reshape(&[3, 1])
-                    .transpose()
-                    .reshape(&[3])
-                    .slice(s![..;-1]),
-            };
+            y = apply(&y, STEPS[i % STEPS.len()], &row, &mix);
         }
         assert_eq!(y.dtype(), DType::F64);
         let (want_y, want_g) = reference(&x0, N);

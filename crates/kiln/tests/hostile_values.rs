@@ -389,3 +389,35 @@ proptest! {
         prop_assert_eq!(shown.contains("..."), n > 1000 && dims.iter().any(|&d| d > 6));
     }
 }
+
+proptest! {
+    /// `normal` and `uniform` accept exactly numpy's valid parameters (finite; `std ≥ 0`)
+    /// and give values from them; anything else is an error naming the call.
+    #[test]
+    fn random_parameters(a in prop::sample::select(HOSTILE.to_vec()),
+                         b in prop::sample::select(HOSTILE.to_vec())) {
+        match Array::normal(&[4], a, b, 3, DType::F64) {
+            Ok(x) => {
+                prop_assert!(a.is_finite() && b.is_finite() && b >= 0.0);
+                let v = x.to_vec::<f64>().unwrap();
+                prop_assert!(v.iter().all(|y| y.is_finite() || !(a + 40.0 * b).is_finite()));
+                if b == 0.0 {
+                    prop_assert!(v.iter().all(|&y| y == a));
+                }
+            }
+            Err(e) => {
+                prop_assert!(!(a.is_finite() && b.is_finite() && b >= 0.0));
+                prop_assert!(matches!(e, Error::InvalidArgument { op: "normal", .. }), "{}", e);
+            }
+        }
+        match Array::uniform(&[4], a, b, 3, DType::F64) {
+            Ok(x) => {
+                prop_assert!((b - a).is_finite());
+                let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
+                let v = x.to_vec::<f64>().unwrap();
+                prop_assert!(v.iter().all(|&y| lo <= y && y <= hi), "{:?} in [{}, {}]", v, lo, hi);
+            }
+            Err(e) => prop_assert!(matches!(e, Error::InvalidArgument { op: "uniform", .. }), "{}", e),
+        }
+    }
+}
