@@ -96,9 +96,9 @@ fn reference_of(x: &[f64], steps: &[Step]) -> (Vec<f64>, Vec<f64>) {
     let n = steps.len();
     let mut inputs: Vec<Vec<f64>> = Vec::with_capacity(n);
     let mut y = x.to_vec();
-    for i in 0..n {
+    for &step in steps {
         inputs.push(y.clone());
-        y = match steps[i] {
+        y = match step {
             Step::AddRow => (0..3).map(|j| y[j] + ROW[j]).collect(),
             Step::Scale => y.iter().map(|v| v * 0.75).collect(),
             Step::SubMax => {
