@@ -64,6 +64,16 @@ struct Hyper {
 }
 
 impl Hyper {
+    /// The learning rate, which every optimizer has.
+    fn learning_rate(lr: f64) -> Hyper {
+        Hyper {
+            name: "learning rate",
+            value: lr,
+            range: Range::NonNegative,
+            hint: LR_HINT,
+        }
+    }
+
     fn check(&self, op: &'static str) -> Result<()> {
         let (ok, expected) = match self.range {
             Range::NonNegative => (
@@ -419,12 +429,7 @@ impl Optimizer for Sgd {
     fn step(&mut self, params: &[&Parameter], grads: &[Array], extra: &[&Array]) -> Result<()> {
         let (lr, mu, nesterov, wd) = (self.lr, self.momentum, self.nesterov, self.weight_decay);
         let hypers = [
-            Hyper {
-                name: "learning rate",
-                value: lr,
-                range: Range::NonNegative,
-                hint: LR_HINT,
-            },
+            Hyper::learning_rate(lr),
             Hyper {
                 name: "momentum",
                 value: mu,
@@ -571,12 +576,7 @@ impl Optimizer for Adam {
             (self.lr, self.beta1, self.beta2, self.eps, self.weight_decay);
         let betas_hint = "pass β₁ and β₂ in [0, 1) to Adam::betas (0.9 and 0.999 are usual)";
         let hypers = [
-            Hyper {
-                name: "learning rate",
-                value: lr,
-                range: Range::NonNegative,
-                hint: LR_HINT,
-            },
+            Hyper::learning_rate(lr),
             Hyper {
                 name: "β₁",
                 value: beta1,
