@@ -12,6 +12,8 @@
 //! Each line is a `#[derive(Serialize)]` record ([`Timing`], [`W6Timing`], [`PoolStats`], [`NodesTiming`], [`CompileTiming`], [`W1Memory`]) printed by [`emit`] with `serde_json`, which adds the device `kiln::eval` ran on.
 //!
 //! Usage: `cargo run --release -p kiln-benches -- [--quick] [--only W1,W2,...]`.
+//!
+//! Depends on kiln's public API, on `kiln-ir`, `kiln-compiler` and `kiln-cpu` for the compiler workloads, and on `clap` and `serde_json`.
 
 use clap::{Parser, ValueEnum};
 use kiln::{Array, DType};

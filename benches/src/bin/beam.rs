@@ -10,6 +10,8 @@
 //!
 //! Usage: `cargo run --release -p kiln-benches --bin beam -- [--quick] [--beams 1,4,12] [--threads 1,2] [--mini-batch 16] [--reps 5] [--words PATH] [--limit N] [--model PATH] [--nbest PATH]`.
 //! `--nbest PATH` also writes every finished hypothesis of every word (1-thread run) as tab-separated `beam word rank phonemes cost score`, for the comparison with the numpy reference (`benches/peers/beam.sh`).
+//!
+//! Depends on kiln-beam's and kiln's public APIs, `clap` and `serde_json`.
 
 use clap::builder::RangedU64ValueParser;
 use clap::Parser;

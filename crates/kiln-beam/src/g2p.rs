@@ -7,6 +7,8 @@
 //! (docs/performance.md, kiln-beam): g2p's input projections are precomputed per letter and
 //! phoneme at load, so a step gathers rows instead of multiplying, and the hidden GEMM of few
 //! rows runs with the weight on the left (small packing buffers).
+//!
+//! Depends on `crate::npz`, `crate::scorer` and kiln's public API.
 
 use crate::scorer::{Scorer, Step};
 use crate::{read_npz, Error, Result};

@@ -2,6 +2,8 @@
 //! [`Beam`] of a sentence's live hypotheses, the per-sentence [`History`] of finished
 //! hypotheses with n-best traceback, the [`Histories`] of a batch, and alignments from the
 //! attention rows hypotheses carry.
+//!
+//! Depends on nothing else in the crate.
 
 use std::sync::Arc;
 

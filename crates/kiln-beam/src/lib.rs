@@ -29,6 +29,8 @@
 //! assert!(out[0].best().is_some());
 //! # Ok::<(), kiln_beam::Error>(())
 //! ```
+//!
+//! Depends on kiln's and kiln-optim's public APIs (and `flate2`, inside `zip`).
 
 mod attention;
 mod cmudict;

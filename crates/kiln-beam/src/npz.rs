@@ -4,6 +4,8 @@
 //! C order.
 //!
 //! A header's shape is checked before anything is allocated: its element count and byte size are computed with overflow checks, and the data must be exactly that many bytes.
+//!
+//! Depends on `crate::zip` and kiln's public API.
 
 use crate::zip::ZipArchive;
 use crate::{Error, Result};

@@ -1,6 +1,8 @@
 //! The [`Scorer`] trait (AmuNMT's shape: encode, begin-sentence state, one decoding step,
 //! assemble the beam state from the survivors, vocabulary size, name, weight) and a small
 //! table-driven scorer for tests and examples.
+//!
+//! Depends on kiln's public API.
 
 use crate::Result;
 use kiln::{Array, DType};

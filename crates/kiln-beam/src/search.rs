@@ -1,5 +1,7 @@
 //! Batched beam search over an ensemble of scorers, length normalisation and the GNMT
 //! penalties, batching over threads, and n-best output.
+//!
+//! Depends on `crate::history`, `crate::scorer` and kiln's public API.
 
 use crate::history::{Beam, Histories, History, Hypothesis};
 use crate::scorer::Scorer;

@@ -20,6 +20,8 @@
 //! Soundness: the `unsafe` calls in [`versions!`] run a `#[target_feature]` copy only when the
 //! current level says the CPU has those features; the level is the detected one or lower
 //! ([`set_isa`] clamps), so no instruction the CPU lacks is ever executed.
+//!
+//! Depends on nothing else in the crate.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 

@@ -18,6 +18,8 @@
 //!
 //! Subnormal results are within one subnormal spacing (2⁻¹⁴⁹) of the reference. `f64`
 //! transcendentals use `std` (libm) per element; `f64` arithmetic is vectorised.
+//!
+//! Depends on `crate::simd` (the ISA level) and `kiln-ir`'s op enums.
 
 // The polynomial coefficients are quoted as Cephes and fdlibm publish them.
 #![allow(clippy::excessive_precision)]

@@ -16,6 +16,8 @@
 //! let expr = LazyExpr::from_roots(&[&y]);
 //! assert_eq!(expr.graph.node_count(), 2);
 //! ```
+//!
+//! Depends on `petgraph`, `smallvec` and `thiserror` only: no buffers, no devices.
 #![warn(missing_docs)]
 
 pub mod build;

@@ -26,6 +26,8 @@
 //! assert!(w.value().to_vec::<f32>()?.iter().all(|x| x.abs() < 1e-4));
 //! # Ok::<(), kiln_optim::Error>(())
 //! ```
+//!
+//! Depends on kiln's public API and `safetensors`.
 
 mod checkpoint;
 mod optim;

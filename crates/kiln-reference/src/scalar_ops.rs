@@ -1,6 +1,8 @@
 //! The meaning of every elementwise op on one element: the definitions the reference
 //! evaluator applies, written for clarity. `dtype` is the operands' dtype; results are in
 //! full width and rounded to the node's dtype by the caller.
+//!
+//! Depends on `kiln-ir`'s scalars and op enums only.
 
 use kiln_ir::{BinaryOp, DType, Error, Result, Scalar, UnaryOp};
 

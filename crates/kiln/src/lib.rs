@@ -24,6 +24,8 @@
 //! returning [`Result`].
 //!
 //! See the [`numpy_guide`] for a numpy → kiln table.
+//!
+//! Depends on `kiln-ir`, `kiln-compiler`, `kiln-autodiff`, `kiln-cpu` and (feature `wgpu`) `kiln-wgpu`.
 #![warn(missing_docs)]
 
 mod array;

@@ -65,3 +65,5 @@
 //!   is an error, as in numpy 2. `Array::scalar(2.0f64)` is a *strong* rank-0 array.
 //! - **Printing** follows numpy's `str()` closely but not to the last character in every
 //!   corner (line breaking of very wide rows, precision of summarised arrays).
+//!
+//! Depends on nothing: documentation only.

@@ -15,6 +15,8 @@
 //! per evaluated model.
 //!
 //! Options are parsed with `clap` into [`Raw`]; `-c FILE.yml` reads the same keys from a YAML file with `serde_norway` (see `common`), and [`options`] merges the two (the command line wins), applies the defaults and checks every value before anything is read.
+//!
+//! Depends on `common` (options), kiln-beam's, kiln-optim's and kiln's public APIs.
 
 mod common;
 

@@ -24,6 +24,8 @@
 //! printf 'beam-size: 6\nnormalize: 0.6\nmodels: [g2p:data/g2p_en/checkpoint20.npz]\n' > decoder.yml
 //! echo activationist | kiln-translate -c decoder.yml -b 2
 //! ```
+//!
+//! Depends on `common` (options) and kiln-beam's public API.
 
 mod common;
 

@@ -6,6 +6,8 @@
 //! ([`Interp`]); smaller spaces run on the calling thread. Every position's value is computed
 //! the same way on either path, so results do not depend on the thread count; a value error
 //! (integer division by zero) reports the first failing chunk's error.
+//!
+//! Depends on `crate::interp`, `crate::source`, `crate::typed`, `crate::buffer`, `crate::walk` and kiln-compiler's plan types.
 
 use crate::buffer::CpuBuffer;
 use crate::interp::{Interp, BLOCK};

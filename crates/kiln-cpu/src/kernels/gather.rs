@@ -1,5 +1,7 @@
 //! Data-movement kernels: `Take` (gather rows along an axis), `Concat` (copy each input into
 //! its region) and `TopK` (per-row selection).
+//!
+//! Depends on the elementwise kernels' checks, `crate::source`, `crate::typed`, `crate::walk` and kiln-compiler's plan types.
 
 use super::elementwise::check_outputs;
 use crate::buffer::CpuBuffer;

@@ -16,6 +16,8 @@
 //! its own cost more than its GEMM here). Only an epilogue that would read an input aliased
 //! with the output after the product overwrote it, or an output dtype other than the
 //! product's, takes a scratch product buffer.
+//!
+//! Depends on the elementwise kernels' loops, `small_gemm`, `crate::interp` (epilogues), `crate::source`, `crate::typed`, `crate::buffer`, `matrixmultiply` and kiln-compiler's plan types.
 
 use super::elementwise::{check_outputs, run_blocks, run_space};
 use super::small_gemm::{self, Scale};

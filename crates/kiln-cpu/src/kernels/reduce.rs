@@ -9,6 +9,8 @@
 //! products (`f64` sums compensated, Neumaier), wrapping `i64` for integer sums and
 //! products, the element type for `max`/`min` (NaN propagates); bool sum/max are `or`,
 //! prod/min are `and`.
+//!
+//! Depends on the elementwise kernels' loops, `crate::interp`, `crate::ops`, `crate::source`, `crate::typed`, `crate::walk` and kiln-compiler's plan types.
 
 use super::elementwise::{check_lens, check_outputs, CHUNK, PAR_MIN};
 use crate::buffer::CpuBuffer;

@@ -1,5 +1,7 @@
 //! `ScatterAdd`: the adjoint of `Take` (embedding-table gradients). Serial: repeated indices
 //! accumulate in order, so results are deterministic.
+//!
+//! Depends on the elementwise kernels' checks, `crate::source`, `crate::typed`, `crate::walk` and kiln-compiler's plan types.
 
 use super::elementwise::check_outputs;
 use crate::buffer::CpuBuffer;

@@ -47,6 +47,8 @@
 //! AVX-512 blocks' and the dot products' (`simd_dot!`) unaligned vector loads and stores
 //! inside fixed-size arrays and slices, and the packed block's pointer walk; all compiled
 //! out under Miri (which runs the portable copies of every form, the blocked one included).
+//!
+//! Depends on `super::matmul` (the GEMM description) only.
 
 use super::matmul::{Gemm, FEW_COLUMNS};
 

@@ -2,6 +2,8 @@
 //!
 //! Each program parses its command line with `clap` into a struct whose every value is optional, reads the config file into a struct of the same shape with `serde`, and then asks a [`Merge`] for each value: the command line's if given, else the file's, checked, with the file named in the error when the value came from it.
 //! The YAML reader is `serde_norway`, a maintained fork of the deprecated `serde_yaml` 0.9 with the same API (the choice is argued in `kiln-translate`'s module doc).
+//!
+//! Depends on `clap`, `serde` and `serde_norway` only.
 
 // each program uses part of what the two share
 #![allow(dead_code)]
