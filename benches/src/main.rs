@@ -9,7 +9,8 @@
 //!   `W1_kept` keeps every result alive, so each call writes fresh pages (`"output":"kept"`), as `triad_fresh` does against `triad_reused`.
 //!
 //! Options are parsed with `clap` into [`Cli`] (`--help` lists them).
-//! Each line is a `#[derive(Serialize)]` record ([`Timing`], [`W6Timing`], [`PoolStats`], [`NodesTiming`], [`CompileTiming`], [`W1Memory`]) printed by [`emit`] with `serde_json`, which adds the device `kiln::eval` ran on.
+//! Each line is a `#[derive(Serialize)]` record ([`Timing`], [`W6Timing`], [`PoolStats`], [`NodesTiming`], [`CompileTiming`], [`W1Memory`]) printed by [`emit`] with `serde_json`, which adds the device `kiln::eval` ran on (and writes a NaN or infinite number as `null`, so every line is valid JSON).
+//! `REPS=1` also shows each repetition's time (ms) on stderr, when stderr is a terminal.
 //!
 //! Usage: `cargo run --release -p kiln-benches -- [--quick] [--only W1,W2,...]`.
 //!
@@ -21,6 +22,7 @@ use kiln_compiler::{compile, Engine};
 use kiln_cpu::CpuBackend;
 use kiln_ir::{LazyExpr, NodeRef};
 use serde::Serialize;
+use std::io::IsTerminal;
 use std::time::Instant;
 
 /// The command line.
@@ -181,19 +183,25 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// Median, min and max seconds of `reps` runs of `f` after a warm-up; with `REPS` set and
+/// stderr a terminal, each run's milliseconds are shown there as they come.
 fn time<F: FnMut()>(reps: usize, mut f: F) -> (f64, f64, f64) {
+    let show = std::env::var_os("REPS").is_some() && std::io::stderr().is_terminal();
     f(); // warm-up
     let t: Vec<f64> = (0..reps)
         .map(|_| {
             let s = Instant::now();
             f();
             let e = s.elapsed().as_secs_f64();
-            if std::env::var_os("REPS").is_some() {
+            if show {
                 eprint!("{:.2} ", e * 1e3);
             }
             e
         })
         .collect();
+    if show {
+        eprintln!();
+    }
     let lo = t.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = t.iter().copied().fold(0.0, f64::max);
     (median(t), lo, hi)

@@ -6,7 +6,7 @@
 //! The parent resolves the options and passes them to each child in full ([`child_args`]).
 //!
 //! Options are parsed with `clap` into [`Cli`] (`--help` lists them) and resolved into [`Opts`] (the defaults `--quick` changes applied).
-//! The JSON lines are `#[derive(Serialize)]` records printed with `serde_json`.
+//! The JSON lines are `#[derive(Serialize)]` records printed with `serde_json` (a NaN or infinite number is written `null`, so every line is valid JSON).
 //!
 //! Usage: `cargo run --release -p kiln-benches --bin beam -- [--quick] [--beams 1,4,12] [--threads 1,2] [--mini-batch 16] [--reps 5] [--words PATH] [--limit N] [--model PATH] [--nbest PATH]`.
 //! `--nbest PATH` also writes every finished hypothesis of every word (1-thread run) as tab-separated `beam word rank phonemes cost score`, for the comparison with the numpy reference (`benches/peers/beam.sh`).

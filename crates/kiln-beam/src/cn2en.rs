@@ -1,7 +1,7 @@
 //! The cn2en Chinese→English model (`cn2en==0.0.118`, MIT): a GRU encoder-decoder without
-//! attention, read from its PyTorch checkpoint `model.pth` (with [`crate::read_pth`]) and its
-//! pickled vocabularies `input_lang.pkl` / `output_lang.pkl` (with [`crate::pickle`]), and run
-//! with kiln as a [`Scorer`].
+//! attention, read from its PyTorch checkpoint `model.pth` (with [`kiln_io::read_pth`]) and
+//! its pickled vocabularies `input_lang.pkl` / `output_lang.pkl` (with [`kiln_io::pickle`]),
+//! and run with kiln as a [`Scorer`].
 //!
 //! What the package's `cn2en/model.py` does, and this module follows:
 //! - **Tokens**: the sentence is lower-cased and stripped; every character other than `a`–`z`,
@@ -15,13 +15,14 @@
 //!   greedily, which is beam 1 here. PyTorch gate order r, z, n.
 //! - **Output**: the words of the output vocabulary joined with spaces.
 //!
-//! Depends on `kiln` (public API) and this crate's readers and search types.
+//! Depends on `kiln` (public API), kiln-io's readers and this crate's search types.
 
 use crate::g2p::{rows_of_sentences, Gru};
-use crate::pickle::{self, Value};
 use crate::scorer::{Scorer, Step};
-use crate::{read_pth, BeamSearch, Error, Result, SearchConfig, Tensor};
+use crate::{BeamSearch, Error, Result, SearchConfig};
 use kiln::{Array, DType};
+use kiln_io::pickle::{self, Value};
+use kiln_io::{read_pth, Tensor};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
@@ -71,7 +72,7 @@ fn take(
             x.torch_dtype, x.shape
         )));
     }
-    x.try_into()
+    Ok(Array::try_from(x)?)
 }
 
 /// Reads a pickled `Lang` (word2index, index2word, n_words).
@@ -81,9 +82,12 @@ fn read_lang(path: &Path) -> Result<Value> {
         op: "Cn2En::load",
         message: format!("{shown}: {e}"),
     })?;
-    pickle::loads(&bytes).map_err(|source| Error::Pickle {
-        path: shown,
-        source,
+    pickle::loads(&bytes).map_err(|source| {
+        kiln_io::Error::Pickle {
+            path: shown,
+            source,
+        }
+        .into()
     })
 }
 

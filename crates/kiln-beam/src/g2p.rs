@@ -8,11 +8,12 @@
 //! phoneme at load, so a step gathers rows instead of multiplying, and the hidden GEMM of few
 //! rows runs with the weight on the left (small packing buffers).
 //!
-//! Depends on `crate::npz`, `crate::scorer` and kiln's public API.
+//! Depends on `kiln_io::read_npz`, `crate::scorer` and kiln's public API.
 
 use crate::scorer::{Scorer, Step};
-use crate::{read_npz, Error, Result};
+use crate::{Error, Result};
 use kiln::{s, Array, DType};
+use kiln_io::read_npz;
 
 const GRAPHEMES: &str = "abcdefghijklmnopqrstuvwxyz";
 const PHONEMES: [&str; 70] = [

@@ -7,11 +7,10 @@
 //! (`(cost − wp·len) / len^α`, or the GNMT length and coverage penalties of Wu et al. 2016 §7).
 //!
 //! Real models: [`G2p`] (g2p-en's GRU encoder-decoder, from its numpy `.npz`, read by
-//! [`read_npz`]) and [`Cn2En`] (the cn2en Chinese→English GRU seq2seq, from its PyTorch
-//! `.pth` checkpoint, read by [`read_pth`], and its pickled vocabularies, read by
-//! [`pickle::loads`]). The readers are general: [`read_pth`] rebuilds any dense tensor of a
-//! `torch.save` file (storage offsets, strides, every dtype kiln has), and [`pickle`] reads the
-//! pickle protocols 2 to 5 without running anything.
+//! [`kiln_io::read_npz`]) and [`Cn2En`] (the cn2en Chinese→English GRU seq2seq, from its
+//! PyTorch `.pth` checkpoint, read by [`kiln_io::read_pth`], and its pickled vocabularies,
+//! read by [`kiln_io::pickle::loads`]). The readers live in kiln-io and are general: use
+//! them directly to read other checkpoints.
 //!
 //! **One kiln computation per step for the whole batch.** The rows of every sentence's beam
 //! live in one `[sentences × beam, …]` state; dead rows are kept with cost −∞, so every step has
@@ -30,19 +29,15 @@
 //! # Ok::<(), kiln_beam::Error>(())
 //! ```
 //!
-//! Depends on kiln's and kiln-optim's public APIs (and `flate2`, inside `zip`).
+//! Depends on kiln's, kiln-optim's and kiln-io's public APIs.
 
 mod attention;
 mod cmudict;
 mod cn2en;
 mod g2p;
 mod history;
-mod npz;
-pub mod pickle;
-mod pth;
 mod scorer;
 mod search;
-mod zip;
 
 pub use attention::{AttentionConfig, AttentionModel, AttentionScorer};
 pub use cmudict::{
@@ -54,8 +49,6 @@ pub use g2p::G2p;
 pub use history::{
     alignment_string, AlignmentKind, Beam, Finished, Histories, History, Hypothesis,
 };
-pub use npz::read_npz;
-pub use pth::{read_pth, Tensor, TensorData};
 pub use scorer::{Scorer, Step, TableScorer};
 pub use search::{decode_parallel, nbest_lines, BeamSearch, Gnmt, MiniBatch, SearchConfig};
 
@@ -77,19 +70,22 @@ pub enum Error {
     /// Reading or writing a safetensors checkpoint failed (boxed: it is large, and rare).
     #[error(transparent)]
     Checkpoint(Box<kiln_optim::Error>),
-    /// A pickle (a PyTorch checkpoint's `data.pkl`, a pickled vocabulary) that cannot be read.
-    #[error("{path}: {source}")]
-    Pickle {
-        /// The file (and the member of the archive, for a checkpoint).
-        path: String,
-        /// What is wrong, with the opcode and its offset.
-        source: pickle::PickleError,
-    },
+    /// Reading a model's files (its `.npz` or `.pth` checkpoint, its pickled vocabularies)
+    /// failed; the [`kiln_io::Error`] names the file and the tensor or member (boxed: it is
+    /// large, and rare).
+    #[error(transparent)]
+    Io(Box<kiln_io::Error>),
 }
 
 impl From<kiln_optim::Error> for Error {
     fn from(e: kiln_optim::Error) -> Error {
         Error::Checkpoint(Box::new(e))
+    }
+}
+
+impl From<kiln_io::Error> for Error {
+    fn from(e: kiln_io::Error) -> Error {
+        Error::Io(Box::new(e))
     }
 }
 

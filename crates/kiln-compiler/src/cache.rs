@@ -6,8 +6,13 @@
 //! wait for the first). Every miss is classified by comparing the new key's layers with the
 //! cached ones: a new structure (ops or wiring), a new scalar class (a scalar became exactly
 //! 0 or 1), a new dtype, a new rank, or a new size pattern (a dimension became 0 or 1, or two
-//! dimensions became equal or unequal). Setting `KILN_LOG_COMPILES=1` prints each compile
-//! with its reason and time to stderr. Depends on `kiln-ir` and [`crate::plan`].
+//! dimensions became equal or unequal).
+//!
+//! Each compile is a `tracing` event at target `kiln::compile` (level DEBUG; fields `key`,
+//! `reason`, `ms`, `kernels`). Setting `KILN_LOG_COMPILES=1` raises it to INFO, and where no
+//! `tracing` subscriber records it (none installed, or one filtering it out) prints it to
+//! stderr instead, with its reason and time. Depends on `kiln-ir`, [`crate::plan`] and
+//! `tracing`.
 
 use crate::compile::Compiled;
 use kiln_ir::Key;
@@ -258,14 +263,7 @@ impl GraphCache {
                 let t = start.elapsed();
                 let p = Arc::new(compiled);
                 let _ = cell.set(Ok(p.clone()));
-                if self.log {
-                    eprintln!(
-                        "kiln: compiled graph {:016x} ({reason:?}) in {:.3} ms: {} kernels",
-                        key.hash(),
-                        t.as_secs_f64() * 1e3,
-                        p.plan.kernels.len()
-                    );
-                }
+                log_compile(self.log, key.hash(), reason, t, p.plan.kernels.len());
                 let mut g = self.lock();
                 g.stats.misses += 1;
                 g.stats.compile_time += t;
@@ -280,6 +278,23 @@ impl GraphCache {
                 Ok(p)
             }
         }
+    }
+}
+
+/// Records one compile: a `tracing` event at target `kiln::compile` (DEBUG; INFO with
+/// `KILN_LOG_COMPILES`, `log`). With `KILN_LOG_COMPILES` set and no subscriber recording the
+/// event (none installed, or one filtering it out), the line goes to stderr instead, so the
+/// switch works without a subscriber.
+fn log_compile(log: bool, key: u64, reason: MissReason, t: Duration, kernels: usize) {
+    const TARGET: &str = "kiln::compile";
+    let key = format!("{key:016x}");
+    let ms = t.as_secs_f64() * 1e3;
+    if !log {
+        tracing::debug!(target: TARGET, %key, ?reason, ms, kernels, "compiled graph");
+    } else if tracing::enabled!(target: TARGET, tracing::Level::INFO) {
+        tracing::info!(target: TARGET, %key, ?reason, ms, kernels, "compiled graph");
+    } else {
+        eprintln!("kiln: compiled graph {key} ({reason:?}) in {ms:.3} ms: {kernels} kernels");
     }
 }
 

@@ -10,9 +10,9 @@ use crate::dtype::{DType, Scalar};
 use std::ops::Deref;
 use std::sync::Arc;
 
-/// An immutable, cheaply clonable buffer of `T`: a moved-in `Vec`, a shared slice, or a
-/// [`Recycled`] `Vec` that goes back to its home when the last clone is dropped. No
-/// conversion copies the elements.
+/// An immutable, cheaply clonable buffer of `T`: a moved-in `Vec`, a shared slice, a
+/// [`Recycled`] `Vec` that goes back to its home when the last clone is dropped, or
+/// [`Foreign`] storage (a memory-mapped file). No conversion copies the elements.
 ///
 /// ```
 /// use kiln_ir::Shared;
@@ -28,6 +28,30 @@ pub enum Shared<T> {
     Slice(Arc<[T]>),
     /// A `Vec` handed to its home when the last handle drops (see [`Shared::recycled`]).
     Recycled(Arc<Recycled<T>>),
+    /// Storage owned by something else, kept alive by the handle (see [`Foreign`]).
+    Foreign(Arc<dyn Foreign<T>>),
+}
+
+/// Element storage that kiln does not own: a tensor inside a memory-mapped file, a buffer
+/// of another library. kiln reads it through [`Foreign::elements`] and keeps the value alive
+/// as long as an array (or a plan input) refers to it; it never writes to it.
+///
+/// ```
+/// use kiln_ir::{Foreign, Shared};
+/// use std::sync::Arc;
+/// #[derive(Debug)]
+/// struct Evens(Vec<i64>);
+/// impl Foreign<i64> for Evens {
+///     fn elements(&self) -> &[i64] {
+///         &self.0
+///     }
+/// }
+/// let s: Shared<i64> = Shared::Foreign(Arc::new(Evens(vec![0, 2, 4])));
+/// assert_eq!(&s[..], &[0, 2, 4]);
+/// ```
+pub trait Foreign<T>: Send + Sync + std::fmt::Debug {
+    /// The elements (the same slice on every call).
+    fn elements(&self) -> &[T];
 }
 
 impl<T> Deref for Shared<T> {
@@ -37,6 +61,7 @@ impl<T> Deref for Shared<T> {
             Shared::Vec(v) => v,
             Shared::Slice(s) => s,
             Shared::Recycled(r) => r,
+            Shared::Foreign(f) => f.elements(),
         }
     }
 }
@@ -108,7 +133,8 @@ impl<T: Element> Shared<T> {
 
 impl<T: Clone> Shared<T> {
     /// The elements as a `Vec`, moving them out without a copy when this is the only handle
-    /// to a `Vec`-backed (or [`Recycled`]) buffer. The caller then owns the `Vec`: a
+    /// to a `Vec`-backed (or [`Recycled`]) buffer; a shared slice or [`Foreign`] storage is
+    /// copied. The caller then owns the `Vec`: a
     /// recycled one no longer goes home.
     ///
     /// ```
@@ -123,6 +149,7 @@ impl<T: Clone> Shared<T> {
                 Ok(r) => r.into_vec(),
                 Err(r) => r.to_vec(),
             },
+            Shared::Foreign(f) => f.elements().to_vec(),
         }
     }
 }

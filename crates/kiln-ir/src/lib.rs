@@ -31,7 +31,7 @@ pub mod random;
 mod shape;
 mod trace;
 
-pub use data::{Element, HostData, HostVec, Recycle, Recycled, Shared};
+pub use data::{Element, Foreign, HostData, HostVec, Recycle, Recycled, Shared};
 pub use dtype::{DType, Kind, Scalar};
 pub use error::{Error, Result};
 pub use expr::{ExprNode, LazyExpr};

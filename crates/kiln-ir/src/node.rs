@@ -131,6 +131,19 @@ impl Node {
         self.value.get()
     }
 
+    /// Moves the value out (the node is then unevaluated data-less; only its sole owner can
+    /// do this, so no other handle sees the change).
+    ///
+    /// ```
+    /// use kiln_ir::{build, HostData, Shape};
+    /// let mut a = build::data(HostData::from(vec![1i32, 2]), Shape::from([2])).unwrap();
+    /// let node = std::sync::Arc::get_mut(&mut a).unwrap();
+    /// assert_eq!(node.take_value().unwrap().len(), 2);
+    /// ```
+    pub fn take_value(&mut self) -> Option<HostData> {
+        self.value.take()
+    }
+
     /// The operands (empty once the node has a value).
     ///
     /// ```

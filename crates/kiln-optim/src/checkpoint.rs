@@ -1,71 +1,33 @@
-//! Saving and loading parameters in the safetensors format (readable by PyTorch, JAX and the
-//! Hugging Face tooling).
-//! Loading assigns nothing unless every parameter fits; saving checks names and evaluates
-//! every value before it writes, into a temporary file renamed over the target.
-//! Depends on the crate root and the `safetensors` crate.
+//! Saving and loading parameters, and optimizer state with them, in the safetensors format
+//! (readable by PyTorch, JAX and the Hugging Face tooling), through kiln-io.
+//!
+//! [`save_safetensors`] and [`load_safetensors`] keep parameters only, as tensors named by
+//! the parameters' names. [`save_checkpoint`] and [`load_checkpoint`] also keep an
+//! optimizer's state ([`crate::OptimizerState`]), so training resumes exactly where it
+//! stopped: its slots as tensors `optim/{parameter}/{slot}`, its kind, step count and
+//! hyperparameters as metadata entries `optim/kind`, `optim/steps`, `optim/lr`, ...
+//!
+//! Loading assigns nothing, and restores nothing, unless everything fits; saving checks names
+//! and evaluates every value before it writes, into a temporary file flushed and renamed over
+//! the target (kiln-io's `write_safetensors`), so a failed save leaves no file behind and an
+//! existing checkpoint intact.
+//!
+//! Depends on the crate root, `crate::state` and kiln-io (`read_safetensors`,
+//! `write_safetensors`).
 
-use crate::{describe, Error, Parameter, Result};
-use kiln::{Array, DType};
-use safetensors::{tensor::TensorView, Dtype, SafeTensors};
-
-fn to_st(d: DType) -> Dtype {
-    match d {
-        DType::Bool => Dtype::BOOL,
-        DType::I32 => Dtype::I32,
-        DType::I64 => Dtype::I64,
-        DType::F32 => Dtype::F32,
-        DType::F64 => Dtype::F64,
-    }
-}
-
-fn bytes_of(a: &Array) -> Result<Vec<u8>> {
-    Ok(match a.dtype() {
-        DType::Bool => a.to_vec::<bool>()?.into_iter().map(u8::from).collect(),
-        DType::I32 => a
-            .to_vec::<i32>()?
-            .into_iter()
-            .flat_map(i32::to_le_bytes)
-            .collect(),
-        DType::I64 => a
-            .to_vec::<i64>()?
-            .into_iter()
-            .flat_map(i64::to_le_bytes)
-            .collect(),
-        DType::F32 => a
-            .to_vec::<f32>()?
-            .into_iter()
-            .flat_map(f32::to_le_bytes)
-            .collect(),
-        DType::F64 => a
-            .to_vec::<f64>()?
-            .into_iter()
-            .flat_map(f64::to_le_bytes)
-            .collect(),
-    })
-}
-
-fn from_bytes(d: DType, b: &[u8], shape: &[usize]) -> Result<Array> {
-    fn chunks<const N: usize, T>(b: &[u8], f: fn([u8; N]) -> T) -> Vec<T> {
-        b.chunks_exact(N)
-            .map(|c| f(c.try_into().expect("exact chunk")))
-            .collect()
-    }
-    Ok(match d {
-        DType::Bool => Array::from_vec(b.iter().map(|&x| x != 0).collect::<Vec<bool>>(), shape)?,
-        DType::I32 => Array::from_vec(chunks(b, i32::from_le_bytes), shape)?,
-        DType::I64 => Array::from_vec(chunks(b, i64::from_le_bytes), shape)?,
-        DType::F32 => Array::from_vec(chunks(b, f32::from_le_bytes), shape)?,
-        DType::F64 => Array::from_vec(chunks(b, f64::from_le_bytes), shape)?,
-    })
-}
+use crate::state::{split, OPTIMIZER_PREFIX};
+use crate::{describe, io_error, Error, Optimizer, OptimizerState, Parameter, Result};
+use kiln::Array;
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
 
 /// Writes the parameters' current values to `path` (tensor names are parameter names).
 ///
 /// Nothing is written unless every value evaluates and every name is fit for a safetensors
 /// key: distinct, not empty and not `__metadata__` (the format's reserved key).
-/// The file is written next to `path` under a temporary name and renamed over it, so a
-/// failure never leaves a partial file, and an existing checkpoint stays intact until the new
-/// one is complete.
+/// The file is written next to `path` under a temporary name, flushed to disk and renamed
+/// over it, so a failure never leaves a partial file, and an existing checkpoint stays
+/// intact until the new one is complete.
 ///
 /// ```
 /// use kiln_optim::{load_safetensors, save_safetensors, Parameter};
@@ -81,11 +43,121 @@ fn from_bytes(d: DType, b: &[u8], shape: &[usize]) -> Result<Array> {
 /// assert!(save_safetensors(&path, &[&w, &twin]).is_err()); // two tensors named "w"
 /// # Ok::<(), kiln_optim::Error>(())
 /// ```
-pub fn save_safetensors(path: impl AsRef<std::path::Path>, params: &[&Parameter]) -> Result<()> {
+pub fn save_safetensors(path: impl AsRef<Path>, params: &[&Parameter]) -> Result<()> {
     const OP: &str = "save_safetensors";
     let path = path.as_ref();
     let shown = path.display().to_string();
+    names_a_file(OP, path)?;
     check_names(OP, &shown, params)?;
+    let values = evaluated(OP, &shown, params)?;
+    let tensors: Vec<(&str, &Array)> = params.iter().map(|p| p.name()).zip(&values).collect();
+    kiln_io::write_safetensors(path, &tensors, &[]).map_err(|e| io_error(OP, e))
+}
+
+/// Writes the parameters' current values and `optimizer`'s state ([`Optimizer::state`]) to
+/// `path`, for [`load_checkpoint`] to resume from.
+///
+/// The file is standard safetensors: each parameter is the tensor of its name, each slot of
+/// the optimizer the tensor `optim/{parameter}/{slot}` (see [`crate::OPTIMIZER_PREFIX`]),
+/// and the optimizer's kind, step count and hyperparameters are the metadata entries
+/// `optim/kind`, `optim/steps`, `optim/lr`, ... (see [`OptimizerState::metadata`]).
+///
+/// Nothing is written unless the names are fit for it (as for [`save_safetensors`], and no
+/// parameter named with the prefix `optim/`), every value evaluates, and every slot of the
+/// optimizer belongs to one of `params`, of its dtype and shape (state for a parameter left
+/// out could not be restored). The write is atomic, as for [`save_safetensors`].
+///
+/// ```
+/// use kiln_optim::{load_checkpoint, save_checkpoint, Adam, Optimizer, Parameter};
+/// let path = std::env::temp_dir().join(format!("kiln-doc-ckpt-{}.safetensors", std::process::id()));
+/// let w = Parameter::new("w", kiln::Array::from_vec(vec![1.0f32, -1.0], &[2])?);
+/// let mut adam = Adam::new(0.1);
+/// adam.step(&[&w], &[kiln::Array::from_vec(vec![0.5f32, 2.0], &[2])?], &[])?;
+/// save_checkpoint(&path, &[&w], &adam)?;
+/// let file = kiln_io::read_safetensors(&path)?;
+/// assert_eq!(file.metadata()["optim/steps"], "1");
+/// assert!(file.get("optim/w/exp_avg_sq").is_some());
+/// // a fresh model and optimizer resume where the first stopped
+/// let fresh = Parameter::new("w", kiln::Array::zeros(&[2], kiln::DType::F32));
+/// let mut resumed = Adam::new(0.1);
+/// load_checkpoint(&path, &[&fresh], &mut resumed)?;
+/// assert_eq!(resumed.steps(), 1);
+/// assert_eq!(fresh.value().to_vec::<f32>()?, w.value().to_vec::<f32>()?);
+/// # std::fs::remove_file(&path).ok();
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn save_checkpoint(
+    path: impl AsRef<Path>,
+    params: &[&Parameter],
+    optimizer: &dyn Optimizer,
+) -> Result<()> {
+    const OP: &str = "save_checkpoint";
+    let path = path.as_ref();
+    let shown = path.display().to_string();
+    names_a_file(OP, path)?;
+    check_names(OP, &shown, params)?;
+    if let Some((i, p)) = params
+        .iter()
+        .enumerate()
+        .find(|(_, p)| p.name().starts_with(OPTIMIZER_PREFIX))
+    {
+        return Err(Error::Invalid {
+            op: OP,
+            message: format!(
+                "parameter #{i} ({}) is named {:?}, but a checkpoint keeps the optimizer's \
+                 state under {OPTIMIZER_PREFIX:?}: rename it; nothing was written to {shown}",
+                describe(p.dtype(), p.shape()),
+                p.name()
+            ),
+        });
+    }
+    let state = optimizer.state();
+    let what = format!("the optimizer's state (not written to {shown})");
+    state_fits(
+        (OP, &what, "nothing was written"),
+        params,
+        &state,
+        "the optimizer trained another parameter of this name",
+    )?;
+    let values = evaluated(OP, &shown, params)?;
+    let state_names: Vec<String> = state
+        .tensors()
+        .iter()
+        .map(|(n, _)| format!("{OPTIMIZER_PREFIX}{n}"))
+        .collect();
+    let mut tensors: Vec<(&str, &Array)> = params.iter().map(|p| p.name()).zip(&values).collect();
+    tensors.extend(
+        state_names
+            .iter()
+            .map(String::as_str)
+            .zip(state.tensors().iter().map(|(_, a)| a)),
+    );
+    let meta: Vec<(String, String)> = state
+        .metadata()
+        .into_iter()
+        .map(|(k, v)| (format!("{OPTIMIZER_PREFIX}{k}"), v))
+        .collect();
+    let meta: Vec<(&str, &str)> = meta.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    kiln_io::write_safetensors(path, &tensors, &meta).map_err(|e| io_error(OP, e))
+}
+
+/// Checks that `path` ends in a file name (kiln-io writes a temporary file beside it).
+fn names_a_file(op: &'static str, path: &Path) -> Result<()> {
+    if path.file_name().is_some() {
+        return Ok(());
+    }
+    Err(Error::Invalid {
+        op,
+        message: format!(
+            "{:?} names no file: pass a path that ends in a file name, such as \
+             model.safetensors; nothing was written",
+            path.display().to_string()
+        ),
+    })
+}
+
+/// The parameters' values, evaluated; an error names the first that fails.
+fn evaluated(op: &'static str, shown: &str, params: &[&Parameter]) -> Result<Vec<Array>> {
     let values: Vec<Array> = params.iter().map(|p| p.value()).collect();
     let refs: Vec<&Array> = values.iter().collect();
     if let Err(source) = kiln::eval(&refs) {
@@ -95,42 +167,20 @@ pub fn save_safetensors(path: impl AsRef<std::path::Path>, params: &[&Parameter]
             .map(|(p, v)| (format!("the value of parameter {:?}", p.name()), v))
             .collect();
         return Err(Error::Eval {
-            op: OP,
+            op,
             what: crate::failing(&labelled)
                 .unwrap_or_else(|| format!("the values of {} parameters", params.len())),
             unchanged: format!("nothing was written to {shown}"),
             source: Box::new(source),
         });
     }
-    let data: Vec<Vec<u8>> = values.iter().map(bytes_of).collect::<Result<_>>()?;
-    let views: Vec<(String, TensorView<'_>)> = params
-        .iter()
-        .zip(&data)
-        .map(|(p, b)| {
-            TensorView::new(to_st(p.dtype()), p.shape().to_vec(), b)
-                .map(|v| (p.name().to_string(), v))
-                .map_err(|e| Error::Invalid {
-                    op: OP,
-                    message: format!(
-                        "cannot encode parameter {:?} ({}) for {shown}: {e}; nothing was written",
-                        p.name(),
-                        describe(p.dtype(), p.shape())
-                    ),
-                })
-        })
-        .collect::<Result<_>>()?;
-    let bytes = safetensors::serialize(views, &None).map_err(|e| Error::Invalid {
-        op: OP,
-        message: format!("cannot encode the checkpoint {shown}: {e}; nothing was written"),
-    })?;
-    write_whole(OP, path, &bytes)
+    Ok(values)
 }
 
 /// Checks that every name can be a safetensors key: distinct (the format holds one tensor
-/// per name, and the `safetensors` crate panics on a repeat), not empty, not `__metadata__`.
+/// per name), not empty, not `__metadata__`.
 fn check_names(op: &'static str, shown: &str, params: &[&Parameter]) -> Result<()> {
-    let mut seen: std::collections::HashMap<&str, usize> =
-        std::collections::HashMap::with_capacity(params.len());
+    let mut seen: HashMap<&str, usize> = HashMap::with_capacity(params.len());
     for (i, p) in params.iter().enumerate() {
         let name = p.name();
         let unusable = match name {
@@ -163,59 +213,53 @@ fn check_names(op: &'static str, shown: &str, params: &[&Parameter]) -> Result<(
     Ok(())
 }
 
-/// Writes `bytes` to `path` whole or not at all: into a temporary file in the same directory,
-/// flushed, then renamed over `path` (a rename within one directory is atomic on POSIX
-/// systems). On error the temporary file is removed.
-fn write_whole(op: &'static str, path: &std::path::Path, bytes: &[u8]) -> Result<()> {
-    use std::io::Write;
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let shown = path.display().to_string();
-    let Some(file_name) = path.file_name() else {
-        return Err(Error::Invalid {
-            op,
-            message: format!(
-                "{shown:?} names no file: pass a path that ends in a file name, such as \
-                 model.safetensors"
-            ),
-        });
-    };
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => std::path::Path::new("."),
-    };
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(file_name);
-    tmp_name.push(format!(
-        ".{}-{}.tmp",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    let tmp = dir.join(tmp_name);
-    let io = |source| Error::Io {
-        op,
-        path: shown.clone(),
-        source,
-    };
-    // create_new: never truncate a file this call did not create
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&tmp)
-        .map_err(io)?;
-    let written = file.write_all(bytes).and_then(|()| file.sync_all());
-    drop(file);
-    written
-        .and_then(|()| std::fs::rename(&tmp, path))
-        .map_err(|source| {
-            let _ = std::fs::remove_file(&tmp);
-            io(source)
-        })
+/// Checks that every slot of `state` belongs to one of `params` and has its dtype and shape.
+/// `(op, what, unchanged)`: the operation, the state as errors name it, and what was left
+/// alone.
+fn state_fits(
+    (op, what, unchanged): (&'static str, &str, &str),
+    params: &[&Parameter],
+    state: &OptimizerState,
+    hint: &str,
+) -> Result<()> {
+    let by_name: HashMap<&str, &Parameter> = params.iter().map(|p| (p.name(), *p)).collect();
+    for (key, a) in state.tensors() {
+        let param = split(key).map_or(key.as_str(), |(p, _)| p);
+        let Some(p) = by_name.get(param) else {
+            return Err(Error::State {
+                op,
+                what: what.to_string(),
+                message: format!(
+                    "it holds {key:?}, state of the parameter {param:?}, which is not among \
+                     the {} parameters given: pass every parameter the optimizer trains; \
+                     {unchanged}",
+                    params.len()
+                ),
+            });
+        };
+        if a.dtype() != p.dtype() || a.shape() != p.shape() {
+            return Err(Error::Mismatch {
+                op,
+                name: p.name().to_string(),
+                expected: describe(p.dtype(), p.shape()),
+                found: format!(
+                    "{} (its optimizer state {key:?})",
+                    describe(a.dtype(), a.shape())
+                ),
+                hint: format!("{hint}; {unchanged}"),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Reads every tensor of a safetensors file, in the file's order (for loaders that infer a
-/// model's sizes from its tensors before creating its parameters). Tensors of dtypes kiln
-/// lacks (f16, bf16, u8, …) are an error naming the tensor.
+/// model's sizes from its tensors before creating its parameters).
+///
+/// The file is read through kiln-io's memory map: tensors of kiln's dtypes are not copied.
+/// Narrower types are widened exactly (`f16`, `bf16` → float32; `i8`, `i16`, `u8`, `u16` →
+/// int32; `u32` → int64; `u64` → int64 when every value fits); other dtypes are an error
+/// naming the tensor.
 ///
 /// ```
 /// use kiln_optim::{read_safetensors, save_safetensors, Parameter};
@@ -227,100 +271,159 @@ fn write_whole(op: &'static str, path: &std::path::Path, bytes: &[u8]) -> Result
 /// assert_eq!(all[0].1.to_vec::<f32>()?, vec![1.0, 2.0, 3.0]);
 /// # Ok::<(), kiln_optim::Error>(())
 /// ```
-pub fn read_safetensors(path: impl AsRef<std::path::Path>) -> Result<Vec<(String, Array)>> {
+pub fn read_safetensors(path: impl AsRef<Path>) -> Result<Vec<(String, Array)>> {
     const OP: &str = "read_safetensors";
-    let (shown, bytes) = read_file(OP, path.as_ref())?;
-    let st = parse(OP, &shown, &bytes)?;
-    let mut out = Vec::new();
-    for (name, t) in st.iter() {
-        let dtype = from_st(t.dtype()).ok_or_else(|| Error::Format {
-            op: OP,
-            path: shown.clone(),
-            message: format!(
-                "tensor {name:?} has dtype {:?}; kiln reads bool, i32, i64, f32 and f64",
-                t.dtype()
-            ),
-        })?;
-        out.push((name.to_string(), from_bytes(dtype, t.data(), t.shape())?));
-    }
-    // `iter` follows the header's (hashed) order; the file's data offsets give its real order.
-    let offsets: std::collections::HashMap<String, usize> = st
-        .iter()
-        .map(|(n, t)| (n.to_string(), t.data().as_ptr() as usize))
-        .collect();
-    out.sort_by_key(|(n, _)| offsets.get(n).copied().unwrap_or(usize::MAX));
-    Ok(out)
-}
-
-/// A file's bytes and its path as shown in messages.
-fn read_file(op: &'static str, path: &std::path::Path) -> Result<(String, Vec<u8>)> {
-    let shown = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|source| Error::Io {
-        op,
-        path: shown.clone(),
-        source,
-    })?;
-    Ok((shown, bytes))
-}
-
-/// The safetensors header and tensor views of `bytes`.
-fn parse<'a>(op: &'static str, shown: &str, bytes: &'a [u8]) -> Result<SafeTensors<'a>> {
-    SafeTensors::deserialize(bytes).map_err(|e| Error::Format {
-        op,
-        path: shown.to_string(),
-        message: e.to_string(),
-    })
-}
-
-fn from_st(d: Dtype) -> Option<DType> {
-    match d {
-        Dtype::BOOL => Some(DType::Bool),
-        Dtype::I32 => Some(DType::I32),
-        Dtype::I64 => Some(DType::I64),
-        Dtype::F32 => Some(DType::F32),
-        Dtype::F64 => Some(DType::F64),
-        _ => None,
-    }
+    kiln_io::read_safetensors(path)
+        .map(kiln_io::SafeTensors::into_tensors)
+        .map_err(|e| io_error(OP, e))
 }
 
 /// Reads `path` and assigns every parameter the tensor of its name. Nothing is assigned
-/// unless every parameter is found with the right dtype and shape.
+/// unless every parameter is found with the right dtype and shape (a tensor stored in a
+/// narrower type is read widened, as by [`read_safetensors`]). Other tensors in the file are
+/// ignored.
 ///
 /// ```
 /// let p = kiln_optim::Parameter::new("w", kiln::Array::zeros(&[2], kiln::DType::F32));
 /// let e = kiln_optim::load_safetensors("/nonexistent.safetensors", &[&p]).unwrap_err();
 /// assert!(e.to_string().contains("/nonexistent.safetensors"));
 /// ```
-pub fn load_safetensors(path: impl AsRef<std::path::Path>, params: &[&Parameter]) -> Result<()> {
+pub fn load_safetensors(path: impl AsRef<Path>, params: &[&Parameter]) -> Result<()> {
     const OP: &str = "load_safetensors";
-    let (shown, bytes) = read_file(OP, path.as_ref())?;
-    let st = parse(OP, &shown, &bytes)?;
-    let mut loaded = Vec::with_capacity(params.len());
-    for p in params {
-        let t = st.tensor(p.name()).map_err(|_| Error::Missing {
-            path: shown.clone(),
-            name: p.name().to_string(),
-            available: {
-                let mut n: Vec<String> = st.names().into_iter().cloned().collect();
-                n.sort();
-                n
-            },
-        })?;
-        let dtype = from_st(t.dtype());
-        if dtype != Some(p.dtype()) || t.shape() != p.shape() {
-            return Err(Error::Mismatch {
-                op: OP,
-                name: p.name().to_string(),
-                expected: describe(p.dtype(), p.shape()),
-                found: format!("{:?} {:?}", t.dtype(), t.shape()),
-                hint: format!("the checkpoint {shown} was saved for a different model"),
-            });
-        }
-        loaded.push(from_bytes(p.dtype(), t.data(), t.shape())?);
-    }
+    let path = path.as_ref();
+    let shown = path.display().to_string();
+    let file = kiln_io::read_safetensors(path).map_err(|e| io_error(OP, e))?;
+    let loaded = parameter_values(OP, &shown, &file, params)?;
     // the commit: every dtype and shape was checked above, so nothing below can fail
     for (p, v) in params.iter().zip(loaded) {
         p.replace(v);
     }
     Ok(())
+}
+
+/// Reads `path`, written by [`save_checkpoint`], and assigns every parameter its value and
+/// restores `optimizer`'s state ([`Optimizer::load_state`]: the step count, every slot, and
+/// the learning rate), so the next step is the one the saved run would have taken.
+///
+/// Nothing is assigned or restored unless everything fits: every parameter is found with its
+/// dtype and shape; the file holds optimizer state of the same kind and hyperparameters (but
+/// the learning rate) as `optimizer`; every slot is complete and belongs to one of `params`,
+/// of its dtype and shape. Otherwise the error names the mismatch (the parameter, the
+/// tensor, the hyperparameter and both values), and parameters and optimizer are as before.
+///
+/// ```
+/// use kiln_optim::{load_checkpoint, save_checkpoint, Adam, Optimizer, Parameter, Sgd};
+/// let path = std::env::temp_dir().join(format!("kiln-doc-load-{}.safetensors", std::process::id()));
+/// let w = Parameter::new("w", kiln::Array::from_vec(vec![1.0f64], &[1])?);
+/// let mut sgd = Sgd::new(0.1).momentum(0.9);
+/// sgd.step(&[&w], &[kiln::Array::from_vec(vec![1.0f64], &[1])?], &[])?;
+/// save_checkpoint(&path, &[&w], &sgd)?;
+/// // the wrong optimizer: an error naming both kinds, and nothing changes
+/// let fresh = Parameter::new("w", kiln::Array::zeros(&[1], kiln::DType::F64));
+/// let mut adam = Adam::new(0.1);
+/// let e = load_checkpoint(&path, &[&fresh], &mut adam).unwrap_err().to_string();
+/// assert!(e.contains("\"Sgd\"") && e.contains("\"Adam\""), "{e}");
+/// assert_eq!((fresh.value().item::<f64>()?, adam.steps()), (0.0, 0));
+/// // the right one
+/// let mut resumed = Sgd::new(0.1).momentum(0.9);
+/// load_checkpoint(&path, &[&fresh], &mut resumed)?;
+/// assert_eq!((fresh.value().item::<f64>()?, resumed.steps()), (0.9, 1));
+/// # std::fs::remove_file(&path).ok();
+/// # Ok::<(), kiln_optim::Error>(())
+/// ```
+pub fn load_checkpoint(
+    path: impl AsRef<Path>,
+    params: &[&Parameter],
+    optimizer: &mut dyn Optimizer,
+) -> Result<()> {
+    const OP: &str = "load_checkpoint";
+    let path = path.as_ref();
+    let shown = path.display().to_string();
+    let what = format!("the optimizer state in {shown}");
+    let file = kiln_io::read_safetensors(path).map_err(|e| io_error(OP, e))?;
+    let loaded = parameter_values(OP, &shown, &file, params)?;
+    let meta: BTreeMap<String, String> = file
+        .metadata()
+        .iter()
+        .filter_map(|(k, v)| Some((k.strip_prefix(OPTIMIZER_PREFIX)?.to_string(), v.clone())))
+        .collect();
+    if meta.is_empty() {
+        return Err(Error::State {
+            op: OP,
+            what: shown,
+            message: format!(
+                "it holds no optimizer state (no metadata entries {OPTIMIZER_PREFIX}...): \
+                 it was written by save_safetensors, not save_checkpoint; load its \
+                 parameters with load_safetensors; nothing was changed"
+            ),
+        });
+    }
+    let tensors: Vec<(String, Array)> = file
+        .tensors()
+        .iter()
+        .filter_map(|(n, a)| Some((n.strip_prefix(OPTIMIZER_PREFIX)?.to_string(), a.clone())))
+        .collect();
+    // the errors of `from_parts` and `load_state`, naming this operation and the file
+    let in_file = |suffix: &'static str| {
+        let what = what.clone();
+        move |e: Error| match e {
+            Error::State { message, .. } => Error::State {
+                op: OP,
+                what,
+                message: format!("{message}{suffix}"),
+            },
+            other => other,
+        }
+    };
+    let state =
+        OptimizerState::from_parts(&meta, tensors).map_err(in_file("; nothing was changed"))?;
+    state_fits(
+        (OP, &what, "nothing was changed"),
+        params,
+        &state,
+        &format!("{shown} was saved for another model"),
+    )?;
+    optimizer.load_state(&state).map_err(in_file(""))?;
+    // the commit: every dtype and shape was checked above, so nothing below can fail
+    for (p, v) in params.iter().zip(loaded) {
+        p.replace(v);
+    }
+    Ok(())
+}
+
+/// The value of each parameter in `file`, checked for its dtype and shape.
+fn parameter_values(
+    op: &'static str,
+    shown: &str,
+    file: &kiln_io::SafeTensors,
+    params: &[&Parameter],
+) -> Result<Vec<Array>> {
+    let mut loaded = Vec::with_capacity(params.len());
+    for p in params {
+        let Some(t) = file.get(p.name()) else {
+            let mut available: Vec<String> = file
+                .names()
+                .filter(|n| !n.starts_with(OPTIMIZER_PREFIX))
+                .map(str::to_string)
+                .collect();
+            available.sort();
+            return Err(Error::Missing {
+                op,
+                path: shown.to_string(),
+                name: p.name().to_string(),
+                available,
+            });
+        };
+        if t.dtype() != p.dtype() || t.shape() != p.shape() {
+            return Err(Error::Mismatch {
+                op,
+                name: p.name().to_string(),
+                expected: describe(p.dtype(), p.shape()),
+                found: describe(t.dtype(), t.shape()),
+                hint: format!("the checkpoint {shown} was saved for a different model"),
+            });
+        }
+        loaded.push(t.clone());
+    }
+    Ok(loaded)
 }

@@ -2,15 +2,19 @@
 //!
 //! Training state for models written with `kiln::Array`: named [`Parameter`]s whose values
 //! live across steps, the [`Sgd`] (with momentum / Nesterov) and [`Adam`] (and AdamW)
-//! optimizers, global-norm gradient clipping, and safetensors checkpoints.
+//! optimizers, global-norm gradient clipping, and safetensors checkpoints: of parameters
+//! ([`save_safetensors`], [`load_safetensors`]) or of parameters and an optimizer's state
+//! ([`save_checkpoint`], [`load_checkpoint`]; the state itself is an [`OptimizerState`]), from
+//! which training resumes bit for bit where it stopped.
 //!
 //! Written only against kiln's public API. An optimizer step builds the update expressions
 //! lazily and evaluates them in **one** pass together with whatever else the caller asks for
 //! (typically the loss), so forward, backward and update share one compiled plan; the learning
 //! rate and every step-dependent factor are run-time scalars, so a schedule never recompiles.
 //!
-//! Everything that changes state is all or nothing: a step, [`load_safetensors`] or
-//! [`save_safetensors`] that returns an error has changed no parameter, no optimizer state
+//! Everything that changes state is all or nothing: a step, [`load_safetensors`],
+//! [`load_checkpoint`], [`Optimizer::load_state`], [`save_safetensors`] or
+//! [`save_checkpoint`] that returns an error has changed no parameter, no optimizer state
 //! (step count, momentum buffers, moments) and no file.
 //!
 //! ```
@@ -27,13 +31,17 @@
 //! # Ok::<(), kiln_optim::Error>(())
 //! ```
 //!
-//! Depends on kiln's public API and `safetensors`.
+//! Depends on kiln's public API and kiln-io (safetensors files).
 
 mod checkpoint;
 mod optim;
+mod state;
 
-pub use checkpoint::{load_safetensors, read_safetensors, save_safetensors};
+pub use checkpoint::{
+    load_checkpoint, load_safetensors, read_safetensors, save_checkpoint, save_safetensors,
+};
 pub use optim::{clip_by_global_norm, Adam, Optimizer, Sgd};
+pub use state::{OptimizerState, OPTIMIZER_PREFIX};
 
 use kiln::{Array, DType};
 use std::sync::Mutex;
@@ -66,8 +74,10 @@ pub enum Error {
         message: String,
     },
     /// A checkpoint lacks a parameter.
-    #[error("load_safetensors: {path} has no tensor named {name:?}: it holds {available:?}")]
+    #[error("{op}: {path} has no tensor named {name:?}: it holds {available:?}")]
     Missing {
+        /// The operation (`load_safetensors`, `load_checkpoint`).
+        op: &'static str,
         /// The file.
         path: String,
         /// The parameter.
@@ -142,6 +152,27 @@ pub enum Error {
         /// What to do about it.
         hint: &'static str,
     },
+    /// Optimizer state that does not fit the optimizer it is loaded into (another kind of
+    /// optimizer, other hyperparameters, a missing or unknown slot) or the parameters it is
+    /// saved or loaded with; nothing was changed.
+    #[error("{op}: {what}: {message}")]
+    State {
+        /// The operation (`Adam::load_state`, `load_checkpoint`, ...).
+        op: &'static str,
+        /// The state at fault (`the optimizer state`, `the optimizer state in model.safetensors`).
+        what: String,
+        /// What does not fit, and what to do about it.
+        message: String,
+    },
+    /// kiln-io could not read or write a file, for a reason the variants above do not
+    /// describe (a tensor kiln cannot hold, a header it cannot build, ...).
+    #[error("{op}: {source}")]
+    File {
+        /// The operation the caller called.
+        op: &'static str,
+        /// kiln-io's error (boxed: the variant stays small).
+        source: Box<kiln_io::Error>,
+    },
     /// An array failed to evaluate, so nothing was changed.
     #[error("{op}: {what} failed to evaluate, so {unchanged}; fix it and retry: {source}")]
     Eval {
@@ -158,6 +189,54 @@ pub enum Error {
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Any kiln-io error, as [`Error::File`] (for callers that mix kiln-io and kiln-optim calls
+/// under one `?`).
+///
+/// ```
+/// fn first_tensor(path: &str) -> kiln_optim::Result<kiln::Array> {
+///     let file = kiln_io::read_safetensors(path)?; // a kiln_io::Error becomes Error::File
+///     Ok(file.tensors()[0].1.clone())
+/// }
+/// let e = first_tensor("/nonexistent.safetensors").unwrap_err();
+/// assert!(matches!(e, kiln_optim::Error::File { .. }), "{e:?}");
+/// assert!(e.to_string().contains("/nonexistent.safetensors"), "{e}");
+/// ```
+impl From<kiln_io::Error> for Error {
+    fn from(e: kiln_io::Error) -> Error {
+        Error::File {
+            op: "kiln_io",
+            source: Box::new(e),
+        }
+    }
+}
+
+/// A kiln-io error of the operation `op`, in this crate's terms: I/O and format errors
+/// become [`Error::Io`] and [`Error::Format`] (so they name the function the caller called),
+/// evaluation errors [`Error::Kiln`], and the rest [`Error::File`].
+fn io_error(op: &'static str, e: kiln_io::Error) -> Error {
+    match e {
+        kiln_io::Error::Io { path, source, .. } => Error::Io { op, path, source },
+        kiln_io::Error::Format {
+            path,
+            item,
+            message,
+            ..
+        } => Error::Format {
+            op,
+            path,
+            message: match item {
+                Some(t) => format!("tensor {t:?}: {message}"),
+                None => message,
+            },
+        },
+        kiln_io::Error::Kiln(e) => Error::Kiln(e),
+        other => Error::File {
+            op,
+            source: Box::new(other),
+        },
+    }
+}
 
 fn describe(dtype: DType, shape: &[usize]) -> String {
     format!("{dtype} {shape:?}")

@@ -11,9 +11,13 @@
 //! once, in code that cannot fail.
 //! So a step that returns an error has changed nothing.
 //!
-//! Depends on the crate root (`Parameter`, `Error`) and kiln's public API.
+//! Every optimizer exports and restores its state (step count, hyperparameters, slots) as
+//! an [`OptimizerState`], built and checked by `crate::state`.
+//!
+//! Depends on the crate root (`Parameter`, `Error`), `crate::state` and kiln's public API.
 
-use crate::{describe, failing, Error, Parameter, Result};
+use crate::state::{Hp, Spec};
+use crate::{describe, failing, Error, OptimizerState, Parameter, Result};
 use kiln::Array;
 use std::collections::HashMap;
 
@@ -43,6 +47,48 @@ pub trait Optimizer {
     /// A NaN, infinite or negative rate is reported by the next `step`, which then changes
     /// nothing.
     fn set_learning_rate(&mut self, lr: f64);
+    /// Everything the optimizer carries between steps, as data: its kind, step count and
+    /// hyperparameters, and per parameter name its slots (see [`OptimizerState`]).
+    /// The arrays are handles to the optimizer's own, already evaluated.
+    ///
+    /// ```
+    /// use kiln_optim::{Optimizer, Parameter, Sgd};
+    /// let w = Parameter::new("w", kiln::Array::from_vec(vec![1.0f32], &[1])?);
+    /// let mut sgd = Sgd::new(0.1).momentum(0.9);
+    /// sgd.step(&[&w], &[kiln::Array::from_vec(vec![1.0f32], &[1])?], &[])?;
+    /// let state = sgd.state();
+    /// assert_eq!((state.kind(), state.steps(), state.tensors().len()), ("Sgd", 1, 1));
+    /// # Ok::<(), kiln_optim::Error>(())
+    /// ```
+    fn state(&self) -> OptimizerState;
+    /// Restores a state made by [`Optimizer::state`] (of this optimizer or of one built the
+    /// same way): the step count, every slot, and the learning rate (call
+    /// [`Optimizer::set_learning_rate`] afterwards to train on at another one).
+    ///
+    /// The state must be of the same kind of optimizer, with the same hyperparameters but the
+    /// learning rate, and hold every slot of each parameter it names, float, of one dtype and
+    /// shape; otherwise this is an [`Error::State`] naming the mismatch, and nothing has
+    /// changed. The slots' shapes are checked against the parameters by the next `step` (and
+    /// by [`crate::load_checkpoint`], which has them).
+    ///
+    /// ```
+    /// use kiln_optim::{Adam, Optimizer, Parameter, Sgd};
+    /// let w = Parameter::new("w", kiln::Array::from_vec(vec![1.0f32], &[1])?);
+    /// let mut adam = Adam::new(0.1);
+    /// adam.step(&[&w], &[kiln::Array::from_vec(vec![1.0f32], &[1])?], &[])?;
+    /// let mut resumed = Adam::new(0.1);
+    /// resumed.load_state(&adam.state())?;
+    /// assert_eq!(resumed.steps(), 1);
+    /// // another kind of optimizer, or other hyperparameters: an error that changes nothing
+    /// let mut sgd = Sgd::new(0.1);
+    /// assert!(sgd.load_state(&adam.state()).is_err());
+    /// let mut other = Adam::new(0.1).betas(0.8, 0.999);
+    /// let e = other.load_state(&adam.state()).unwrap_err();
+    /// assert!(e.to_string().contains("beta1"), "{e}");
+    /// assert_eq!((sgd.steps(), other.steps()), (0, 0));
+    /// # Ok::<(), kiln_optim::Error>(())
+    /// ```
+    fn load_state(&mut self, state: &OptimizerState) -> Result<()>;
 }
 
 /// The range a hyperparameter must lie in.
@@ -184,9 +230,9 @@ struct Outputs {
 /// parameter name, its slots (the momentum buffer; Adam's two moments).
 /// Only [`State::step`] changes it.
 #[derive(Debug, Clone, Default)]
-struct State {
-    steps: u64,
-    slots: HashMap<String, Vec<Array>>,
+pub(crate) struct State {
+    pub(crate) steps: u64,
+    pub(crate) slots: HashMap<String, Vec<Array>>,
 }
 
 impl State {
@@ -423,6 +469,24 @@ impl Sgd {
     pub fn steps(&self) -> u64 {
         self.state.steps
     }
+
+    /// What its state must look like.
+    fn spec(&self) -> Spec {
+        Spec {
+            op: "Sgd::load_state",
+            kind: "Sgd",
+            hypers: vec![
+                ("momentum", Hp::Float(self.momentum)),
+                ("nesterov", Hp::Flag(self.nesterov)),
+                ("weight_decay", Hp::Float(self.weight_decay)),
+            ],
+            slots: if self.momentum != 0.0 {
+                &["momentum_buffer"]
+            } else {
+                &[]
+            },
+        }
+    }
 }
 
 impl Optimizer for Sgd {
@@ -473,6 +537,17 @@ impl Optimizer for Sgd {
 
     fn set_learning_rate(&mut self, lr: f64) {
         self.lr = lr;
+    }
+
+    fn state(&self) -> OptimizerState {
+        self.spec().export(self.lr, &self.state)
+    }
+
+    fn load_state(&mut self, state: &OptimizerState) -> Result<()> {
+        let (state, lr) = self.spec().restore(state)?;
+        self.state = state;
+        self.lr = lr;
+        Ok(())
     }
 }
 
@@ -568,6 +643,21 @@ impl Adam {
     pub fn steps(&self) -> u64 {
         self.state.steps
     }
+
+    /// What its state must look like.
+    fn spec(&self) -> Spec {
+        Spec {
+            op: "Adam::load_state",
+            kind: "Adam",
+            hypers: vec![
+                ("beta1", Hp::Float(self.beta1)),
+                ("beta2", Hp::Float(self.beta2)),
+                ("eps", Hp::Float(self.eps)),
+                ("weight_decay", Hp::Float(self.weight_decay)),
+            ],
+            slots: &["exp_avg", "exp_avg_sq"],
+        }
+    }
 }
 
 impl Optimizer for Adam {
@@ -634,6 +724,17 @@ impl Optimizer for Adam {
 
     fn set_learning_rate(&mut self, lr: f64) {
         self.lr = lr;
+    }
+
+    fn state(&self) -> OptimizerState {
+        self.spec().export(self.lr, &self.state)
+    }
+
+    fn load_state(&mut self, state: &OptimizerState) -> Result<()> {
+        let (state, lr) = self.spec().restore(state)?;
+        self.state = state;
+        self.lr = lr;
+        Ok(())
     }
 }
 

@@ -22,7 +22,13 @@
 //!   without `SHADER_F64`/`SHADER_INT64` is a clear error naming the op and the limit.
 //!
 //! Semantics are the oracle's (`kiln-reference`) with the per-op tolerances documented in
-//! [`wgsl_math`]. Depends on `kiln-ir`, `kiln-compiler`, `wgpu`, `pollster`.
+//! [`wgsl_math`].
+//!
+//! Diagnostics are `tracing` events at target `kiln::wgpu` (level TRACE): each new shader
+//! (`source`) and each download's status words. `KILN_WGPU_DUMP=1` raises them to INFO and,
+//! where no subscriber records them, prints them to stderr.
+//!
+//! Depends on `kiln-ir`, `kiln-compiler`, `wgpu`, `pollster`, `tracing`.
 //!
 //! ```no_run
 //! # // Needs a GPU adapter (or Mesa's software Vulkan driver).
@@ -55,6 +61,16 @@ use kiln_ir::{DType, Error, HostData, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use wgpu::util::DeviceExt;
+
+/// The `tracing` target of this crate's diagnostics.
+const TARGET: &str = "kiln::wgpu";
+
+/// Whether `KILN_WGPU_DUMP` is set: each new shader and each download's status words are
+/// `tracing` events at [`TARGET`] raised from TRACE to INFO, written to stderr where no
+/// subscriber records them.
+fn dump() -> bool {
+    std::env::var_os("KILN_WGPU_DUMP").is_some()
+}
 
 /// Default bound of the buffer pool: 1 GiB.
 pub const DEFAULT_POOL_BYTES: u64 = 1 << 30;
@@ -204,7 +220,11 @@ impl WgpuBackend {
             self.hits.fetch_add(1, Ordering::Relaxed);
             return Ok(p.clone());
         }
-        if std::env::var_os("KILN_WGPU_DUMP").is_some() {
+        if !dump() {
+            tracing::trace!(target: TARGET, source, "new pipeline");
+        } else if tracing::enabled!(target: TARGET, tracing::Level::INFO) {
+            tracing::info!(target: TARGET, source, "new pipeline");
+        } else {
             eprintln!("kiln-wgpu: new pipeline\n{source}");
         }
         let device = &self.gpu.device;
@@ -387,11 +407,13 @@ impl Backend for WgpuBackend {
                     .chunks_exact(4)
                     .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
                     .collect();
-                if std::env::var_os("KILN_WGPU_DUMP").is_some() {
-                    eprintln!(
-                        "kiln-wgpu: download with {} checks: {words:?}",
-                        buffer.checks.len()
-                    );
+                let checks = buffer.checks.len();
+                if !dump() {
+                    tracing::trace!(target: TARGET, checks, ?words, "download");
+                } else if tracing::enabled!(target: TARGET, tracing::Level::INFO) {
+                    tracing::info!(target: TARGET, checks, ?words, "download");
+                } else {
+                    eprintln!("kiln-wgpu: download with {checks} checks: {words:?}");
                 }
                 let err = buffer
                     .checks

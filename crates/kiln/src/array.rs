@@ -186,6 +186,46 @@ impl Array {
         Ok(T::unwrap(&d).expect("dtype checked").to_vec())
     }
 
+    /// The elements in row-major order, moved out without a copy when this handle is the
+    /// only one on an evaluated value the array owns (a `Vec` moved in with
+    /// [`Array::from_vec`], or a result of evaluation); otherwise copied, as
+    /// [`Array::to_vec`] does. `T` must be the array's dtype.
+    ///
+    /// ```
+    /// let a = kiln::Array::from_vec(vec![1.5f32, 2.5], &[2])?;
+    /// let b = &a * 2.0;
+    /// drop(a);
+    /// assert_eq!(b.into_vec::<f32>()?, vec![3.0, 5.0]); // the result's buffer, not a copy
+    /// # Ok::<(), kiln::Error>(())
+    /// ```
+    pub fn into_vec<T: Element>(mut self) -> Result<Vec<T>> {
+        self.check_dtype::<T>("into_vec")?;
+        self.eval()?;
+        if let Some(node) = Arc::get_mut(&mut self.node) {
+            if let Some(data) = node.take_value() {
+                let shared = T::unwrap(&data).expect("dtype checked").clone();
+                drop(data); // `shared` is now the only handle on the storage
+                return Ok(shared.into_vec());
+            }
+        }
+        self.to_vec()
+    }
+
+    /// The evaluated elements as a [`Shared`] buffer: a new handle on the value, never a
+    /// copy (clones of a shared buffer share its storage). `T` must be the array's dtype.
+    ///
+    /// ```
+    /// let a = kiln::Array::from_vec(vec![1i64, 2, 3], &[3])?;
+    /// let s = (&a + 1).to_shared::<i64>()?;
+    /// assert_eq!(&s[..], &[2, 3, 4]);
+    /// # Ok::<(), kiln::Error>(())
+    /// ```
+    pub fn to_shared<T: Element>(&self) -> Result<Shared<T>> {
+        self.check_dtype::<T>("to_shared")?;
+        let d = self.data()?;
+        Ok(T::unwrap(&d).expect("dtype checked").clone())
+    }
+
     /// The single element of a one-element array (any shape, e.g. `()` or `(1, 1)`).
     ///
     /// ```

@@ -11,7 +11,7 @@
 //! results. (Keeping values resident on the GPU *between* evaluations is not implemented
 //! yet.)
 //!
-//! Depends on [`crate::eval`] (the engines).
+//! Depends on [`crate::eval`] (the engines) and `tracing` (the `kiln::device` warning).
 
 use kiln_ir::{DType, Error, Result};
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -164,8 +164,9 @@ pub(crate) fn unavailable(reason: String) -> Error {
 static DEFAULT: AtomicU8 = AtomicU8::new(0);
 
 /// The device evaluations run on unless told otherwise: set by [`set_default_device`], else
-/// by `KILN_DEVICE` (`cpu` or `wgpu`; an unknown value is reported once on stderr and
-/// ignored), else the CPU.
+/// by `KILN_DEVICE` (`cpu` or `wgpu`; an unknown value is ignored and reported once, as a
+/// `tracing` warning at target `kiln::device`, or on stderr where no subscriber records it),
+/// else the CPU.
 ///
 /// ```
 /// let d = kiln::default_device();
@@ -178,7 +179,12 @@ pub fn default_device() -> Device {
         _ => {
             let d = match std::env::var("KILN_DEVICE") {
                 Ok(v) if !v.is_empty() => v.parse().unwrap_or_else(|e| {
-                    eprintln!("kiln: ignoring KILN_DEVICE: {e}");
+                    const TARGET: &str = "kiln::device";
+                    if tracing::enabled!(target: TARGET, tracing::Level::WARN) {
+                        tracing::warn!(target: TARGET, "ignoring KILN_DEVICE: {e}");
+                    } else {
+                        eprintln!("kiln: ignoring KILN_DEVICE: {e}");
+                    }
                     Device::Cpu
                 }),
                 _ => Device::Cpu,

@@ -3,7 +3,8 @@
 //! device, and each result is stored in its node. Also the cache controls and the inspector.
 //!
 //! `KILN_CACHE_CAPACITY=n` sets the initial cache bound; `KILN_LOG_COMPILES=1` logs each
-//! compile with its reason; `KILN_DUMP_DIR=dir` writes DOT files of each compiled graph.
+//! compile with its reason (a `tracing` event at target `kiln::compile`, on stderr where no
+//! subscriber records it); `KILN_DUMP_DIR=dir` writes DOT files of each compiled graph.
 //! Depends on `kiln-ir`, `kiln-compiler`, `kiln-cpu`, (feature `wgpu`) `kiln-wgpu`, and
 //! [`crate::device`].
 

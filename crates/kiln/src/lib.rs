@@ -25,7 +25,8 @@
 //!
 //! See the [`numpy_guide`] for a numpy → kiln table.
 //!
-//! Depends on `kiln-ir`, `kiln-compiler`, `kiln-autodiff`, `kiln-cpu` and (feature `wgpu`) `kiln-wgpu`.
+//! Depends on `kiln-ir`, `kiln-compiler`, `kiln-autodiff`, `kiln-cpu`, (feature `wgpu`) `kiln-wgpu`
+//! and (feature `ndarray`) `ndarray`.
 #![warn(missing_docs)]
 
 mod array;
@@ -35,6 +36,8 @@ mod display;
 mod eval;
 mod grad;
 mod index;
+#[cfg(feature = "ndarray")]
+mod interop;
 mod linalg;
 mod movement;
 pub mod numpy_guide;
@@ -51,8 +54,8 @@ pub use grad::{grad, value_and_grad, vjp};
 pub use kiln_compiler::{CacheStats, KernelReport, MissReason, MissRecord, Report};
 pub use kiln_ir::build::SliceArg;
 pub use kiln_ir::{
-    ArgReduceOp, BinaryOp, DType, Element, Error, LazyExpr, ReduceOp, Result, Scalar, Shared,
-    UnaryOp, MAX_ELEMENTS,
+    ArgReduceOp, BinaryOp, DType, Element, Error, Foreign, LazyExpr, ReduceOp, Result, Scalar,
+    Shared, UnaryOp, MAX_ELEMENTS,
 };
 pub use movement::IntoSliceArg;
 pub use ops::{IntoOperand, Operand};

@@ -41,6 +41,10 @@
 //! | `jax.lax.top_k(a, k)` | `let (values, indices) = a.top_k(k);` |
 //! | `a.tolist()` / `a.item()` | `a.to_vec::<f32>()?` / `a.item::<f32>()?` |
 //! | `print(a)` | `println!("{a}")` |
+//! | `np.load("a.npy")` / `np.save("a.npy", a)` | `kiln_io::read_npy("a.npy")?` / `kiln_io::write_npy("a.npy", &a)?` (crate `kiln-io`) |
+//! | `np.load("w.npz")["w"]` / `np.savez("w.npz", w=w)` | `kiln_io::read_npz("w.npz")?["w"]` / `kiln_io::write_npz("w.npz", &[("w", &w)])?` |
+//! | `safetensors.numpy.load_file(p)` / `save_file({"w": w}, p)` | `kiln_io::read_safetensors(p)?` (memory-mapped) / `kiln_io::write_safetensors(p, &[("w", &w)], &[])?` |
+//! | `np.asarray(ndarray)` both ways | `Array::from(nd)` / `a.to_ndarray::<f32>()?` (feature `ndarray`) |
 //!
 //! ## Where kiln deliberately differs from numpy
 //! - **Integer division by zero** (`//`, `%`) is an error at evaluation naming the op and the

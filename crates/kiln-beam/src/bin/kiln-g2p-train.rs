@@ -12,22 +12,27 @@
 //! Training: Adam, mini-batches of words sorted by length (shuffled batch order per epoch,
 //! seeded), global-norm clipping at 5, the learning rate halved whenever the dev-set loss does
 //! not improve; the weights of the best dev loss are kept. Prints one JSON line per epoch and one
-//! per evaluated model.
+//! per evaluated model (`serde_json` records; a NaN or infinite number, such as a diverged loss,
+//! is written `null`), and, when stderr is a terminal, a progress bar of each epoch's steps
+//! (`indicatif`).
 //!
 //! Options are parsed with `clap` into [`Raw`]; `-c FILE.yml` reads the same keys from a YAML file with `serde_norway` (see `common`), and [`options`] merges the two (the command line wins), applies the defaults and checks every value before anything is read.
 //!
-//! Depends on `common` (options), kiln-beam's, kiln-optim's and kiln's public APIs.
+//! Depends on `common` (options), kiln-beam's, kiln-optim's and kiln's public APIs, `serde_json`
+//! and `indicatif`.
 
 mod common;
 
 use clap::{CommandFactory, Parser};
 use common::{Merge, OptionError};
+use indicatif::{ProgressBar, ProgressStyle};
 use kiln_beam::{
     decode_parallel, error_rates, phoneme_vocab, read_cmudict, AttentionConfig, AttentionModel,
     BeamSearch, Entry, G2p, Scorer, SearchConfig, Split,
 };
 use kiln_optim::{clip_by_global_norm, Adam, Optimizer, Parameter};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -208,6 +213,42 @@ fn transcribe(
     Ok(decode_parallel(&src, &search, 32, threads)?.best_words(G2p::EOS))
 }
 
+/// One JSON line per epoch.
+#[derive(Serialize)]
+struct EpochLine {
+    epoch: usize,
+    train_loss: f64,
+    dev_loss: f64,
+    lr: f64,
+    seconds: f64,
+    compiles: u64,
+    cache_hits: u64,
+}
+
+/// One JSON line per evaluated model: word and phoneme error rates on the test words.
+#[derive(Serialize)]
+struct ModelLine<'a> {
+    model: &'a str,
+    beam: usize,
+    words: usize,
+    wer: f64,
+    per: f64,
+    seconds: f64,
+}
+
+/// Prints `record` as one JSON line with `serde_json`, which writes a NaN or infinite number
+/// (a diverged loss) as `null`, so the line stays valid JSON.
+fn emit<T: Serialize>(record: &T) {
+    let text = serde_json::to_string(record).expect("a record of strings and numbers serializes");
+    println!("{text}");
+}
+
+/// `x` rounded to `decimals` decimal places (the precision a line reports; NaN stays NaN).
+fn round(x: f64, decimals: i32) -> f64 {
+    let p = 10f64.powi(decimals);
+    (x * p).round() / p
+}
+
 fn report(name: &str, words: &[&Entry], pred: &[Vec<usize>], secs: f64, beam: usize) {
     let pairs: Vec<(Vec<usize>, Vec<usize>)> = pred
         .iter()
@@ -215,10 +256,14 @@ fn report(name: &str, words: &[&Entry], pred: &[Vec<usize>], secs: f64, beam: us
         .map(|(p, e)| (p.clone(), e.phonemes.clone()))
         .collect();
     let r = error_rates(&pairs);
-    println!(
-        "{{\"model\":\"{name}\",\"beam\":{beam},\"words\":{},\"wer\":{:.4},\"per\":{:.4},\"seconds\":{secs:.2}}}",
-        r.words, r.wer, r.per
-    );
+    emit(&ModelLine {
+        model: name,
+        beam,
+        words: r.words,
+        wer: round(r.wer, 4),
+        per: round(r.per, 4),
+        seconds: round(secs, 2),
+    });
 }
 
 fn run(o: &Options) -> kiln_beam::Result<()> {
@@ -287,8 +332,22 @@ fn train_model(
     let mut best = f64::INFINITY;
     let mut best_values: Vec<kiln::Array> = params.iter().map(|p| p.value()).collect();
     let start = Instant::now();
+    // a progress bar per epoch, on a terminal only (the JSON lines are the record)
+    let terminal = std::io::stderr().is_terminal();
+    let style = ProgressStyle::with_template(
+        "epoch {prefix} [{bar:30}] {pos}/{len} steps, {elapsed} (eta {eta}): {msg}",
+    )
+    .expect("a valid template")
+    .progress_chars("=> ");
     for epoch in 1..=o.epochs {
         shuffle(&mut train_batches, &mut seed);
+        let bar = if terminal {
+            ProgressBar::new(train_batches.len() as u64)
+                .with_style(style.clone())
+                .with_prefix(epoch.to_string())
+        } else {
+            ProgressBar::hidden()
+        };
         let (mut sum, mut steps) = (0.0f64, 0usize);
         for (i, (src, tgt)) in train_batches.iter().enumerate() {
             let loss = model.loss_with_bos(src, tgt, G2p::BOS, G2p::EOS)?;
@@ -299,28 +358,27 @@ fn train_model(
             opt.step(&params, &grads, &[&loss])?;
             sum += loss.item::<f32>()? as f64;
             steps += 1;
-            if i % 200 == 199 {
-                let stats = kiln::cache_stats();
-                eprintln!(
-                    "epoch {epoch} step {}/{}: loss {:.4} ({:.0} s, {} compiles)",
-                    i + 1,
-                    train_batches.len(),
+            bar.inc(1);
+            if terminal && i % 20 == 19 {
+                bar.set_message(format!(
+                    "loss {:.4}, {} compiles",
                     sum / steps as f64,
-                    start.elapsed().as_secs_f64(),
-                    stats.misses
-                );
+                    kiln::cache_stats().misses
+                ));
             }
         }
+        bar.finish_and_clear();
         let dev = dev_loss(model, &dev_batches)?;
         let stats = kiln::cache_stats();
-        println!(
-            "{{\"epoch\":{epoch},\"train_loss\":{:.4},\"dev_loss\":{dev:.4},\"lr\":{},\"seconds\":{:.1},\"compiles\":{},\"cache_hits\":{}}}",
-            sum / steps.max(1) as f64,
-            opt.learning_rate(),
-            start.elapsed().as_secs_f64(),
-            stats.misses,
-            stats.hits
-        );
+        emit(&EpochLine {
+            epoch,
+            train_loss: round(sum / steps.max(1) as f64, 4),
+            dev_loss: round(dev, 4),
+            lr: opt.learning_rate(),
+            seconds: round(start.elapsed().as_secs_f64(), 1),
+            compiles: stats.misses,
+            cache_hits: stats.hits,
+        });
         if dev < best {
             best = dev;
             best_values = params.iter().map(|p| p.value()).collect();

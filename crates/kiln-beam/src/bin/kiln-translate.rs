@@ -16,6 +16,7 @@
 //! Options are parsed with `clap` into [`Raw`], every value optional; `-c FILE.yml` reads a YAML file keyed by the long option names (Marian style: `beam-size: 6`, `models: [g2p:PATH]`) into the same struct with `serde_norway` (see `common`); [`options`] merges the two (the command line wins), applies the defaults and checks every value, all before a model is loaded.
 //! The YAML crate is `serde_norway`, a maintained fork of `serde_yaml` 0.9 (deprecated by its author in 2024) with the same serde API that also maintains its own libyaml port (`unsafe-libyaml-norway`), which `serde_yaml_ng` leaves to the `unsafe-libyaml` of the deprecated crate.
 //! Input is read line by line, a block of `mini-batch × maxi-batch` lines at a time, and each block's output is written before the next is read.
+//! When stderr is a terminal, a running count of the lines done and their rate is shown there (`indicatif`); a summary line (lines, words, speed) ends every run.
 //!
 //! ```text
 //! echo activationist | kiln-translate --model g2p:data/g2p_en/checkpoint20.npz -b 4 --n-best
@@ -25,18 +26,19 @@
 //! echo activationist | kiln-translate -c decoder.yml -b 2
 //! ```
 //!
-//! Depends on `common` (options) and kiln-beam's public API.
+//! Depends on `common` (options), kiln-beam's public API and `indicatif`.
 
 mod common;
 
 use clap::{CommandFactory, Parser};
 use common::{Merge, OptionError};
+use indicatif::{ProgressBar, ProgressStyle};
 use kiln_beam::{
     decode_parallel, nbest_lines, phoneme_vocab, AlignmentKind, AttentionModel, BeamSearch, Cn2En,
     G2p, Gnmt, MiniBatch, Scorer, SearchConfig,
 };
 use serde::Deserialize;
-use std::io::{BufRead, Write};
+use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -497,6 +499,17 @@ fn main() {
         Ok(BeamSearch::new(scorers, config.clone()))
     };
     let start = Instant::now();
+    // the running count of lines and their rate: on a terminal only
+    let bar = if std::io::stderr().is_terminal() {
+        ProgressBar::no_length().with_style(
+            ProgressStyle::with_template(
+                "kiln-translate: {spinner} {human_pos} lines, {per_sec:0}, {elapsed}",
+            )
+            .expect("a valid template"),
+        )
+    } else {
+        ProgressBar::hidden()
+    };
     let mut input = InputLines::new(std::io::stdin().lock());
     let mut out = std::io::stdout().lock();
     let (mut total, mut produced) = (0usize, 0usize);
@@ -510,16 +523,20 @@ fn main() {
             match line {
                 Ok(Some(mut s)) => {
                     if let Some((cut, _)) = s.char_indices().nth(o.max_input) {
-                        eprintln!(
-                            "kiln-translate: line {n}: cropped to {} symbols",
-                            o.max_input
-                        );
+                        bar.suspend(|| {
+                            eprintln!(
+                                "kiln-translate: line {n}: cropped to {} symbols",
+                                o.max_input
+                            )
+                        });
                         s.truncate(cut);
                     }
                     block.push(Some(s));
                 }
                 Ok(None) => {
-                    eprintln!("kiln-translate: line {n}: invalid UTF-8; writing an empty line");
+                    bar.suspend(|| {
+                        eprintln!("kiln-translate: line {n}: invalid UTF-8; writing an empty line")
+                    });
                     block.push(None);
                 }
                 Err(e) => {
@@ -606,11 +623,12 @@ fn main() {
             std::process::exit(1);
         }
         total += block.len();
-        eprint!("\rkiln-translate: {total} lines");
+        bar.inc(block.len() as u64);
     }
+    bar.finish_and_clear();
     let secs = start.elapsed().as_secs_f64();
     eprintln!(
-        "\nkiln-translate: {total} lines, {produced} output words in {secs:.2} s ({:.0} lines/s, {:.0} words/s)",
+        "kiln-translate: {total} lines, {produced} output words in {secs:.2} s ({:.0} lines/s, {:.0} words/s)",
         total as f64 / secs.max(1e-9),
         produced as f64 / secs.max(1e-9)
     );
