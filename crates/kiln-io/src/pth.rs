@@ -240,6 +240,19 @@ pub fn read_pth(path: impl AsRef<std::path::Path>) -> Result<BTreeMap<String, Te
     parse(&cx, &bytes)
 }
 
+/// Reads a `torch.save` checkpoint held in memory (see [`read_pth`]).
+///
+/// ```
+/// let bytes = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/pth/views.pth")).unwrap();
+/// let t = kiln_io::pth_from_bytes(&bytes)?;
+/// assert!(t.contains_key("model.strided"));
+/// assert!(kiln_io::pth_from_bytes(&bytes[..100]).is_err()); // truncated
+/// # Ok::<(), kiln_io::Error>(())
+/// ```
+pub fn pth_from_bytes(bytes: &[u8]) -> Result<BTreeMap<String, Tensor>> {
+    parse(&Ctx::new("pth_from_bytes", "<bytes>"), bytes)
+}
+
 fn parse(cx: &Ctx<'_>, bytes: &[u8]) -> Result<BTreeMap<String, Tensor>> {
     if bytes.first() == Some(&0x80) {
         return Err(cx.unsupported(

@@ -5,146 +5,17 @@
 //! kiln round trips of every dtype and of empty and rank-0 shapes; the header kiln writes;
 //! and errors that name the operation and the file.
 //!
-//! Depends on `kiln_io`, kiln's public API, `serde_json` and `proptest`.
+//! Depends on `kiln_io`, kiln's public API, `proptest` and the shared helpers in `common`.
 
+mod common;
+
+use common::bytes::npy_file;
+use common::fixtures::{bits, check_array, check_error, manifest};
+use common::samples::{DTYPES, F32_SPECIALS, F64_SPECIALS};
+use common::{fixture_dir, temp_dir};
 use kiln::{Array, DType};
 use kiln_io::Error;
 use proptest::prelude::*;
-use serde_json::Value;
-use std::path::{Path, PathBuf};
-
-// ------------------------------------------------------------------ manifest
-
-fn fixture_dir() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/io"))
-}
-
-/// The manifest's entries of `format`.
-fn manifest(format: &str) -> Vec<Value> {
-    let path = fixture_dir().join("manifest.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let m: Value = serde_json::from_str(&text).unwrap();
-    m["files"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["format"] == format)
-        .cloned()
-        .collect()
-}
-
-fn dtype_named(name: &str) -> DType {
-    match name {
-        "bool" => DType::Bool,
-        "int32" => DType::I32,
-        "int64" => DType::I64,
-        "float32" => DType::F32,
-        "float64" => DType::F64,
-        other => panic!("manifest dtype {other}"),
-    }
-}
-
-fn hex(v: &Value) -> u64 {
-    let s = v
-        .as_str()
-        .unwrap_or_else(|| panic!("{v} is not a hex string"));
-    u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap()
-}
-
-/// Checks `a` against the manifest's array `spec`, bit for bit.
-fn check_array(at: &str, a: &Array, spec: &Value) {
-    let dtype = dtype_named(spec["dtype"].as_str().unwrap());
-    assert_eq!(a.dtype(), dtype, "{at}: dtype");
-    let shape: Vec<usize> = spec["shape"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d.as_u64().unwrap() as usize)
-        .collect();
-    assert_eq!(a.shape(), &shape[..], "{at}: shape");
-    let want = spec["values"].as_array().unwrap();
-    let got: Vec<String> = match dtype {
-        DType::Bool => a
-            .to_vec::<bool>()
-            .unwrap()
-            .iter()
-            .map(|x| x.to_string())
-            .collect(),
-        DType::I32 => a
-            .to_vec::<i32>()
-            .unwrap()
-            .iter()
-            .map(|x| x.to_string())
-            .collect(),
-        DType::I64 => a
-            .to_vec::<i64>()
-            .unwrap()
-            .iter()
-            .map(|x| x.to_string())
-            .collect(),
-        DType::F32 => a
-            .to_vec::<f32>()
-            .unwrap()
-            .iter()
-            .map(|x| format!("{:#010x}", x.to_bits()))
-            .collect(),
-        DType::F64 => a
-            .to_vec::<f64>()
-            .unwrap()
-            .iter()
-            .map(|x| format!("{:#018x}", x.to_bits()))
-            .collect(),
-    };
-    let want: Vec<String> = want
-        .iter()
-        .map(|v| match dtype {
-            DType::F32 => format!("{:#010x}", hex(v)),
-            DType::F64 => format!("{:#018x}", hex(v)),
-            _ => v.to_string(),
-        })
-        .collect();
-    assert_eq!(got.len(), want.len(), "{at}: element count");
-    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-        assert_eq!(g, w, "{at}: element {i} (C order) is {g}, numpy wrote {w}");
-    }
-}
-
-/// The variant name of an error.
-fn variant(e: &Error) -> &'static str {
-    match e {
-        Error::Kiln(_) => "Kiln",
-        Error::Io { .. } => "Io",
-        Error::Format { .. } => "Format",
-        Error::Unsupported { .. } => "Unsupported",
-        Error::Pickle { .. } => "Pickle",
-        _ => "other",
-    }
-}
-
-/// Checks an expected failure: the variant and the strings its message must contain.
-fn check_error(at: &str, e: &Error, entry: &Value, op: &str, path: &str) {
-    let shown = e.to_string();
-    assert_eq!(
-        variant(e),
-        entry["error"].as_str().unwrap(),
-        "{at}: {shown}"
-    );
-    assert!(
-        shown.contains(op),
-        "{at}: the message does not name {op}: {shown}"
-    );
-    assert!(
-        shown.contains(path),
-        "{at}: the message does not name {path}: {shown}"
-    );
-    for s in entry["contains"].as_array().into_iter().flatten() {
-        let s = s.as_str().unwrap();
-        assert!(
-            shown.contains(s),
-            "{at}: the message does not contain {s:?}: {shown}"
-        );
-    }
-}
 
 // ------------------------------------------------------------------ fixtures
 
@@ -241,71 +112,6 @@ fn fortran_order_files_read_as_a_permuted_view() {
 
 // ------------------------------------------------------------------ round trips
 
-/// Every element as a bit pattern (bools 0/1), so NaN payloads and -0.0 compare exactly.
-fn bits(a: &Array) -> Vec<u64> {
-    match a.dtype() {
-        DType::Bool => a
-            .to_vec::<bool>()
-            .unwrap()
-            .into_iter()
-            .map(u64::from)
-            .collect(),
-        DType::I32 => a
-            .to_vec::<i32>()
-            .unwrap()
-            .into_iter()
-            .map(|x| x as u32 as u64)
-            .collect(),
-        DType::I64 => a
-            .to_vec::<i64>()
-            .unwrap()
-            .into_iter()
-            .map(|x| x as u64)
-            .collect(),
-        DType::F32 => a
-            .to_vec::<f32>()
-            .unwrap()
-            .into_iter()
-            .map(|x| x.to_bits() as u64)
-            .collect(),
-        DType::F64 => a
-            .to_vec::<f64>()
-            .unwrap()
-            .into_iter()
-            .map(f64::to_bits)
-            .collect(),
-    }
-}
-
-const F32_SPECIALS: [u32; 12] = [
-    0x0000_0000,
-    0x8000_0000,
-    0x0000_0001,
-    0x007F_FFFF,
-    0x7F7F_FFFF,
-    0x7F80_0000,
-    0xFF80_0000,
-    0x7FC0_0000,
-    0x7FC1_2345,
-    0xFFD5_4321,
-    0x7F80_0001,
-    0x3EAA_AAAB,
-];
-const F64_SPECIALS: [u64; 12] = [
-    0,
-    0x8000_0000_0000_0000,
-    1,
-    0x000F_FFFF_FFFF_FFFF,
-    0x7FEF_FFFF_FFFF_FFFF,
-    0x7FF0_0000_0000_0000,
-    0xFFF0_0000_0000_0000,
-    0x7FF8_0000_0000_0000,
-    0x7FF8_1234_5678_9ABC,
-    0xFFFD_EADB_EEF0_0001,
-    0x7FF0_0000_0000_0001,
-    0x3FD5_5555_5555_5555,
-];
-
 /// A deterministic array of `dtype` and `shape` whose first elements are the dtype's
 /// extremes (NaN payloads, infinities, -0.0, subnormals, integer limits).
 fn sample(dtype: DType, shape: &[usize]) -> Array {
@@ -340,7 +146,6 @@ fn sample(dtype: DType, shape: &[usize]) -> Array {
     .unwrap()
 }
 
-const DTYPES: [DType; 5] = [DType::Bool, DType::I32, DType::I64, DType::F32, DType::F64];
 const SHAPES: &[&[usize]] = &[
     &[],
     &[0],
@@ -351,13 +156,6 @@ const SHAPES: &[&[usize]] = &[
     &[2, 3, 4],
     &[1, 1, 1, 1, 2],
 ];
-
-fn temp_dir(tag: &str) -> PathBuf {
-    let dir =
-        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("npy-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 #[test]
 fn every_dtype_and_shape_round_trips_through_bytes_and_files() {
@@ -576,17 +374,9 @@ fn errors_name_the_operation_and_the_file() {
 /// Hand-written headers: what numpy's reader takes, and what it refuses.
 #[test]
 fn hand_written_headers() {
-    fn npy(header: &str, data: &[u8]) -> Vec<u8> {
-        let mut h = header.as_bytes().to_vec();
-        h.push(b'\n');
-        let mut out = b"\x93NUMPY\x01\x00".to_vec();
-        out.extend_from_slice(&(h.len() as u16).to_le_bytes());
-        out.extend_from_slice(&h);
-        out.extend_from_slice(data);
-        out
-    }
     // Key order, a list for the shape, double quotes, no padding: all valid literals.
-    let a = kiln_io::npy_from_bytes(&npy(
+    let a = kiln_io::npy_from_bytes(&npy_file(
+        1,
         "{\"shape\": [2], 'fortran_order': False, 'descr': '<i2'}",
         &[1, 0, 0xFF, 0xFF],
     ))
@@ -635,12 +425,13 @@ fn hand_written_headers() {
         ),
     ];
     for (header, what) in refused {
-        let e = kiln_io::npy_from_bytes(&npy(header, &[0; 4])).unwrap_err();
+        let e = kiln_io::npy_from_bytes(&npy_file(1, header, &[0; 4])).unwrap_err();
         assert!(matches!(e, Error::Format { .. }), "{header}: {e:?}");
         assert!(e.to_string().contains(what), "{header}: {e}");
     }
     // A bool byte other than 0 or 1 is not a numpy bool.
-    let e = kiln_io::npy_from_bytes(&npy(
+    let e = kiln_io::npy_from_bytes(&npy_file(
+        1,
         "{'descr': '|b1', 'fortran_order': False, 'shape': (2,)}",
         &[1, 2],
     ))

@@ -5,131 +5,18 @@
 //! writers' refusals (empty and repeated names); and hand-built archives whose broken
 //! member must be named in the error.
 //!
-//! Depends on `kiln_io`, kiln's public API and `serde_json`.
+//! Depends on `kiln_io`, kiln's public API and the shared helpers in `common`.
 
+mod common;
+
+use common::bytes::{zip_raw, Member};
+use common::fixtures::{bits, check_array, check_error, check_same_array, manifest};
+use common::samples::{sample, DTYPES};
+use common::{fixture_dir, temp_dir};
 use kiln::{Array, DType};
 use kiln_io::Error;
-use serde_json::Value;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-
-// ------------------------------------------------------------------ manifest
-
-fn fixture_dir() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/io"))
-}
-
-fn manifest(format: &str) -> Vec<Value> {
-    let path = fixture_dir().join("manifest.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let m: Value = serde_json::from_str(&text).unwrap();
-    m["files"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["format"] == format)
-        .cloned()
-        .collect()
-}
-
-fn dtype_named(name: &str) -> DType {
-    match name {
-        "bool" => DType::Bool,
-        "int32" => DType::I32,
-        "int64" => DType::I64,
-        "float32" => DType::F32,
-        "float64" => DType::F64,
-        other => panic!("manifest dtype {other}"),
-    }
-}
-
-/// Every element as a bit pattern (bools 0/1), so NaN payloads and -0.0 compare exactly.
-fn bits(a: &Array) -> Vec<u64> {
-    match a.dtype() {
-        DType::Bool => a
-            .to_vec::<bool>()
-            .unwrap()
-            .into_iter()
-            .map(u64::from)
-            .collect(),
-        DType::I32 => a
-            .to_vec::<i32>()
-            .unwrap()
-            .into_iter()
-            .map(|x| x as u32 as u64)
-            .collect(),
-        DType::I64 => a
-            .to_vec::<i64>()
-            .unwrap()
-            .into_iter()
-            .map(|x| x as u64)
-            .collect(),
-        DType::F32 => a
-            .to_vec::<f32>()
-            .unwrap()
-            .into_iter()
-            .map(|x| x.to_bits() as u64)
-            .collect(),
-        DType::F64 => a
-            .to_vec::<f64>()
-            .unwrap()
-            .into_iter()
-            .map(f64::to_bits)
-            .collect(),
-    }
-}
-
-/// The manifest's values of `spec` as the bit patterns [`bits`] gives.
-fn spec_bits(spec: &Value) -> Vec<u64> {
-    let dtype = dtype_named(spec["dtype"].as_str().unwrap());
-    spec["values"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| match dtype {
-            DType::Bool => u64::from(v.as_bool().unwrap()),
-            DType::I32 => v.as_i64().unwrap() as i32 as u32 as u64,
-            DType::I64 => v.as_i64().unwrap() as u64,
-            DType::F32 | DType::F64 => {
-                u64::from_str_radix(v.as_str().unwrap().trim_start_matches("0x"), 16).unwrap()
-            }
-        })
-        .collect()
-}
-
-fn check_array(at: &str, a: &Array, spec: &Value) {
-    assert_eq!(
-        a.dtype(),
-        dtype_named(spec["dtype"].as_str().unwrap()),
-        "{at}: dtype"
-    );
-    let shape: Vec<usize> = spec["shape"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d.as_u64().unwrap() as usize)
-        .collect();
-    assert_eq!(a.shape(), &shape[..], "{at}: shape");
-    let (got, want) = (bits(a), spec_bits(spec));
-    assert_eq!(got.len(), want.len(), "{at}: element count");
-    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-        assert_eq!(
-            g, w,
-            "{at}: element {i} (C order) has bits {g:#x}, numpy wrote {w:#x}"
-        );
-    }
-}
-
-fn variant(e: &Error) -> &'static str {
-    match e {
-        Error::Kiln(_) => "Kiln",
-        Error::Io { .. } => "Io",
-        Error::Format { .. } => "Format",
-        Error::Unsupported { .. } => "Unsupported",
-        Error::Pickle { .. } => "Pickle",
-        _ => "other",
-    }
-}
+use std::path::Path;
 
 // ------------------------------------------------------------------ fixtures
 
@@ -161,12 +48,7 @@ fn every_npz_fixture_reads_as_numpy_wrote_it() {
                 }
             } else {
                 let e = read.expect_err(&at);
-                let msg = e.to_string();
-                assert_eq!(variant(&e), entry["error"].as_str().unwrap(), "{at}: {msg}");
-                assert!(msg.contains(op) && msg.contains(file), "{at}: {msg}");
-                for s in entry["contains"].as_array().unwrap() {
-                    assert!(msg.contains(s.as_str().unwrap()), "{at}: no {s} in {msg}");
-                }
+                check_error(&at, &e, entry, op, file);
             }
         }
     }
@@ -186,70 +68,7 @@ fn a_fortran_member_reads_in_c_order() {
 
 // ------------------------------------------------------------------ round trips
 
-/// A deterministic array of `dtype` and `shape` starting with the dtype's extremes.
-fn sample(dtype: DType, shape: &[usize], salt: u64) -> Array {
-    let n: usize = shape.iter().product();
-    let f32s = [
-        0x8000_0000u32,
-        0x7FC1_2345,
-        0x7F80_0001,
-        0xFF80_0000,
-        0x0000_0001,
-    ];
-    let f64s = [
-        0x8000_0000_0000_0000u64,
-        0x7FF8_1234_5678_9ABC,
-        0xFFF0_0000_0000_0000,
-        1,
-    ];
-    let mix = |i: usize| (i as u64 + salt).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    match dtype {
-        DType::Bool => {
-            Array::from_vec((0..n).map(|i| mix(i) >> 63 == 1).collect::<Vec<_>>(), shape)
-        }
-        DType::I32 => Array::from_vec(
-            (0..n)
-                .map(|i| {
-                    if i == 0 {
-                        i32::MIN
-                    } else {
-                        (mix(i) >> 32) as i32
-                    }
-                })
-                .collect::<Vec<_>>(),
-            shape,
-        ),
-        DType::I64 => Array::from_vec(
-            (0..n)
-                .map(|i| if i == 0 { i64::MAX } else { mix(i) as i64 })
-                .collect::<Vec<_>>(),
-            shape,
-        ),
-        DType::F32 => Array::from_vec(
-            (0..n)
-                .map(|i| f32::from_bits(f32s.get(i).copied().unwrap_or((mix(i) >> 32) as u32)))
-                .collect::<Vec<_>>(),
-            shape,
-        ),
-        DType::F64 => Array::from_vec(
-            (0..n)
-                .map(|i| f64::from_bits(f64s.get(i).copied().unwrap_or(mix(i))))
-                .collect::<Vec<_>>(),
-            shape,
-        ),
-    }
-    .unwrap()
-}
-
-const DTYPES: [DType; 5] = [DType::Bool, DType::I32, DType::I64, DType::F32, DType::F64];
 const SHAPES: &[&[usize]] = &[&[], &[0], &[3, 0, 2], &[7], &[2, 3], &[2, 3, 4]];
-
-fn temp_dir(tag: &str) -> PathBuf {
-    let dir =
-        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("npz-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 type Writer = fn(&Path, &[(&str, &Array)]) -> kiln_io::Result<()>;
 
@@ -293,12 +112,7 @@ fn every_dtype_and_shape_round_trips_with_both_writers() {
                 let b = back
                     .get(name)
                     .unwrap_or_else(|| panic!("{op} {how}: no {name}"));
-                assert_eq!(
-                    (b.dtype(), b.shape()),
-                    (a.dtype(), a.shape()),
-                    "{op} {how} {name}"
-                );
-                assert_eq!(bits(b), bits(a), "{op} {how} {name}");
+                check_same_array(&format!("{op} {how} {name}"), b, a);
             }
         }
     }
@@ -381,59 +195,10 @@ fn writers_refuse_empty_and_repeated_names() {
 
 // ------------------------------------------------------------------ hand-built archives
 
-/// CRC-32 (IEEE), as zip stores it.
-fn crc32(data: &[u8]) -> u32 {
-    let mut crc = !0u32;
-    for &b in data {
-        crc ^= u32::from(b);
-        for _ in 0..8 {
-            crc = if crc & 1 == 1 {
-                (crc >> 1) ^ 0xEDB8_8320
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    !crc
-}
-
 /// A zip archive of stored members (what `numpy.savez` writes), built by hand.
 fn zip_stored(members: &[(&str, &[u8])]) -> Vec<u8> {
-    let (mut out, mut central) = (Vec::new(), Vec::new());
-    for (name, data) in members {
-        let offset = out.len() as u32;
-        let (crc, len) = (crc32(data), data.len() as u32);
-        let common = |v: &mut Vec<u8>| {
-            v.extend_from_slice(&20u16.to_le_bytes()); // version needed
-            v.extend_from_slice(&0u16.to_le_bytes()); // flags
-            v.extend_from_slice(&0u16.to_le_bytes()); // stored
-            v.extend_from_slice(&0u32.to_le_bytes()); // time, date
-            v.extend_from_slice(&crc.to_le_bytes());
-            v.extend_from_slice(&len.to_le_bytes());
-            v.extend_from_slice(&len.to_le_bytes());
-            v.extend_from_slice(&(name.len() as u16).to_le_bytes());
-            v.extend_from_slice(&0u16.to_le_bytes()); // extra
-        };
-        out.extend_from_slice(b"PK\x03\x04");
-        common(&mut out);
-        out.extend_from_slice(name.as_bytes());
-        out.extend_from_slice(data);
-        central.extend_from_slice(b"PK\x01\x02");
-        central.extend_from_slice(&20u16.to_le_bytes()); // made by
-        common(&mut central);
-        central.extend_from_slice(&[0; 10]); // comment length, disk, attributes
-        central.extend_from_slice(&offset.to_le_bytes());
-        central.extend_from_slice(name.as_bytes());
-    }
-    let cd_offset = out.len() as u32;
-    out.extend_from_slice(&central);
-    out.extend_from_slice(b"PK\x05\x06\0\0\0\0");
-    out.extend_from_slice(&(members.len() as u16).to_le_bytes());
-    out.extend_from_slice(&(members.len() as u16).to_le_bytes());
-    out.extend_from_slice(&(central.len() as u32).to_le_bytes());
-    out.extend_from_slice(&cd_offset.to_le_bytes());
-    out.extend_from_slice(&0u16.to_le_bytes());
-    out
+    let members: Vec<Member> = members.iter().map(|(n, d)| Member::stored(n, d)).collect();
+    zip_raw(&members)
 }
 
 #[test]

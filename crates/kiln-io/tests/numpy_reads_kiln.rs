@@ -8,8 +8,13 @@
 //! Needs `python3` with numpy: without it the test prints a note and passes, unless the
 //! environment variable `CI` is `true`, where it fails asking for python3-numpy.
 //!
-//! Depends on `kiln_io`, kiln's public API, `serde_json` and a `python3` with numpy.
+//! Depends on `kiln_io`, kiln's public API, `serde_json`, the shared helpers in `common` and a
+//! `python3` with numpy.
 
+mod common;
+
+use common::samples::{DTYPES, F32_SPECIALS, F64_SPECIALS};
+use common::{fixture_dir, temp_dir};
 use kiln::{Array, DType};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -32,39 +37,6 @@ fn python_with_numpy() -> bool {
     }
     ok
 }
-
-const F32_SPECIALS: [u32; 14] = [
-    0x0000_0000,
-    0x8000_0000,
-    0x0000_0001,
-    0x007F_FFFF,
-    0x0080_0000,
-    0x7F7F_FFFF,
-    0x7F80_0000,
-    0xFF80_0000,
-    0x7FC0_0000,
-    0x7FC1_2345,
-    0xFFD5_4321,
-    0x7F80_0001,
-    0x7FBF_FFFF,
-    0x3EAA_AAAB,
-];
-const F64_SPECIALS: [u64; 14] = [
-    0,
-    0x8000_0000_0000_0000,
-    1,
-    0x000F_FFFF_FFFF_FFFF,
-    0x0010_0000_0000_0000,
-    0x7FEF_FFFF_FFFF_FFFF,
-    0x7FF0_0000_0000_0000,
-    0xFFF0_0000_0000_0000,
-    0x7FF8_0000_0000_0000,
-    0x7FF8_1234_5678_9ABC,
-    0xFFFD_EADB_EEF0_0001,
-    0x7FF0_0000_0000_0001,
-    0x7FF7_FFFF_FFFF_FFFF,
-    0x3FD5_5555_5555_5555,
-];
 
 /// A deterministic array whose first elements are the dtype's extremes.
 fn sample(dtype: DType, shape: &[usize], salt: u64) -> Array {
@@ -156,14 +128,10 @@ fn describe(name: &str, a: &Array) -> Value {
     json!({"name": name, "dtype": dtype, "stored": stored, "shape": a.shape(), "fortran": false, "values": values})
 }
 
-const DTYPES: [DType; 5] = [DType::Bool, DType::I32, DType::I64, DType::F32, DType::F64];
 const SHAPES: &[&[usize]] = &[&[], &[0], &[3, 0, 2], &[1], &[14], &[2, 7], &[2, 3, 4]];
 
 fn checker() -> PathBuf {
-    PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/io/check_kiln_files.py"
-    ))
+    fixture_dir().join("check_kiln_files.py")
 }
 
 /// Runs the checker on `dir/manifest.json`; panics with its output unless it passes.
@@ -187,9 +155,7 @@ fn numpy_reads_every_file_kiln_writes() {
     if !python_with_numpy() {
         return;
     }
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("numpy-reads-kiln-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = temp_dir("files");
     let mut files = Vec::new();
     let mut named: Vec<(String, Array)> = Vec::new();
     for (d, dtype) in DTYPES.into_iter().enumerate() {
@@ -256,9 +222,7 @@ fn the_checker_catches_a_wrong_bit() {
     if !python_with_numpy() {
         return;
     }
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("numpy-checker-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = temp_dir("checker");
     let a = sample(DType::F32, &[14], 0);
     kiln_io::write_npy(dir.join("a.npy"), &a).unwrap();
     let mut spec = describe("", &a);

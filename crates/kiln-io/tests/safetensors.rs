@@ -6,130 +6,18 @@
 //! refusals; hand-built files whose tensors are misaligned (read through the copying path);
 //! and errors that name the operation, the file and the tensor.
 //!
-//! Depends on `kiln_io`, kiln's public API and `serde_json`.
+//! Depends on `kiln_io`, kiln's public API, `serde_json` and the shared helpers in `common`.
 
+mod common;
+
+use common::bytes::st_file;
+use common::fixtures::{bits, check_array, check_error, check_same_array, manifest};
+use common::samples::{sample, DTYPES};
+use common::{fixture_dir, temp_dir};
 use kiln::{Array, DType};
 use kiln_io::{Error, SafeTensors};
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-
-// ------------------------------------------------------------------ manifest
-
-fn fixture_dir() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/io"))
-}
-
-fn manifest(format: &str) -> Vec<Value> {
-    let path = fixture_dir().join("manifest.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let m: Value = serde_json::from_str(&text).unwrap();
-    m["files"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["format"] == format)
-        .cloned()
-        .collect()
-}
-
-fn dtype_named(name: &str) -> DType {
-    match name {
-        "bool" => DType::Bool,
-        "int32" => DType::I32,
-        "int64" => DType::I64,
-        "float32" => DType::F32,
-        "float64" => DType::F64,
-        other => panic!("manifest dtype {other}"),
-    }
-}
-
-/// Every element as a bit pattern (bools 0/1), so NaN payloads and -0.0 compare exactly.
-fn bits(a: &Array) -> Vec<u64> {
-    match a.dtype() {
-        DType::Bool => a
-            .to_vec::<bool>()
-            .unwrap()
-            .into_iter()
-            .map(u64::from)
-            .collect(),
-        DType::I32 => a
-            .to_vec::<i32>()
-            .unwrap()
-            .into_iter()
-            .map(|x| x as u32 as u64)
-            .collect(),
-        DType::I64 => a
-            .to_vec::<i64>()
-            .unwrap()
-            .into_iter()
-            .map(|x| x as u64)
-            .collect(),
-        DType::F32 => a
-            .to_vec::<f32>()
-            .unwrap()
-            .into_iter()
-            .map(|x| x.to_bits() as u64)
-            .collect(),
-        DType::F64 => a
-            .to_vec::<f64>()
-            .unwrap()
-            .into_iter()
-            .map(f64::to_bits)
-            .collect(),
-    }
-}
-
-fn spec_bits(spec: &Value) -> Vec<u64> {
-    let dtype = dtype_named(spec["dtype"].as_str().unwrap());
-    spec["values"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| match dtype {
-            DType::Bool => u64::from(v.as_bool().unwrap()),
-            DType::I32 => v.as_i64().unwrap() as i32 as u32 as u64,
-            DType::I64 => v.as_i64().unwrap() as u64,
-            DType::F32 | DType::F64 => {
-                u64::from_str_radix(v.as_str().unwrap().trim_start_matches("0x"), 16).unwrap()
-            }
-        })
-        .collect()
-}
-
-fn check_array(at: &str, a: &Array, spec: &Value) {
-    assert_eq!(
-        a.dtype(),
-        dtype_named(spec["dtype"].as_str().unwrap()),
-        "{at}: dtype"
-    );
-    let shape: Vec<usize> = spec["shape"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d.as_u64().unwrap() as usize)
-        .collect();
-    assert_eq!(a.shape(), &shape[..], "{at}: shape");
-    let (got, want) = (bits(a), spec_bits(spec));
-    assert_eq!(got.len(), want.len(), "{at}: element count");
-    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-        assert_eq!(
-            g, w,
-            "{at}: element {i} (C order) has bits {g:#x}, the file holds {w:#x}"
-        );
-    }
-}
-
-fn variant(e: &Error) -> &'static str {
-    match e {
-        Error::Kiln(_) => "Kiln",
-        Error::Io { .. } => "Io",
-        Error::Format { .. } => "Format",
-        Error::Unsupported { .. } => "Unsupported",
-        Error::Pickle { .. } => "Pickle",
-        _ => "other",
-    }
-}
 
 /// The tensor names of a safetensors file's header, in the order of their bytes.
 fn names_by_offset(bytes: &[u8]) -> Vec<String> {
@@ -202,12 +90,7 @@ fn every_safetensors_fixture_reads_as_the_package_wrote_it() {
                 let e = read
                     .err()
                     .unwrap_or_else(|| panic!("{at}: read, should fail"));
-                let msg = e.to_string();
-                assert_eq!(variant(&e), entry["error"].as_str().unwrap(), "{at}: {msg}");
-                assert!(msg.contains(op) && msg.contains(file), "{at}: {msg}");
-                for s in entry["contains"].as_array().unwrap() {
-                    assert!(msg.contains(s.as_str().unwrap()), "{at}: no {s} in {msg}");
-                }
+                check_error(&at, &e, entry, op, file);
             }
         }
     }
@@ -235,69 +118,7 @@ fn every_dtype_of_the_package_is_covered() {
 
 // ------------------------------------------------------------------ round trips
 
-fn sample(dtype: DType, shape: &[usize], salt: u64) -> Array {
-    let n: usize = shape.iter().product();
-    let f32s = [
-        0x8000_0000u32,
-        0x7FC1_2345,
-        0x7F80_0001,
-        0xFF80_0000,
-        0x0000_0001,
-    ];
-    let f64s = [
-        0x8000_0000_0000_0000u64,
-        0x7FF8_1234_5678_9ABC,
-        0xFFF0_0000_0000_0000,
-        1,
-    ];
-    let mix = |i: usize| (i as u64 + salt).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    match dtype {
-        DType::Bool => {
-            Array::from_vec((0..n).map(|i| mix(i) >> 63 == 1).collect::<Vec<_>>(), shape)
-        }
-        DType::I32 => Array::from_vec(
-            (0..n)
-                .map(|i| {
-                    if i == 0 {
-                        i32::MIN
-                    } else {
-                        (mix(i) >> 32) as i32
-                    }
-                })
-                .collect::<Vec<_>>(),
-            shape,
-        ),
-        DType::I64 => Array::from_vec(
-            (0..n)
-                .map(|i| if i == 0 { i64::MIN } else { mix(i) as i64 })
-                .collect::<Vec<_>>(),
-            shape,
-        ),
-        DType::F32 => Array::from_vec(
-            (0..n)
-                .map(|i| f32::from_bits(f32s.get(i).copied().unwrap_or((mix(i) >> 32) as u32)))
-                .collect::<Vec<_>>(),
-            shape,
-        ),
-        DType::F64 => Array::from_vec(
-            (0..n)
-                .map(|i| f64::from_bits(f64s.get(i).copied().unwrap_or(mix(i))))
-                .collect::<Vec<_>>(),
-            shape,
-        ),
-    }
-    .unwrap()
-}
-
-const DTYPES: [DType; 5] = [DType::Bool, DType::I32, DType::I64, DType::F32, DType::F64];
 const SHAPES: &[&[usize]] = &[&[], &[0], &[3, 0, 2], &[5], &[2, 3], &[2, 3, 4]];
-
-fn temp_dir(tag: &str) -> PathBuf {
-    let dir =
-        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("st-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 fn named_samples() -> Vec<(String, Array)> {
     let mut named = Vec::new();
@@ -321,12 +142,7 @@ fn check_same(at: &str, st: &SafeTensors, named: &[(String, Array)]) {
     assert_eq!(st.len(), named.len(), "{at}");
     for (name, a) in named {
         let b = st.get(name).unwrap_or_else(|| panic!("{at}: no {name}"));
-        assert_eq!(
-            (b.dtype(), b.shape()),
-            (a.dtype(), a.shape()),
-            "{at}: {name}"
-        );
-        assert_eq!(bits(b), bits(a), "{at}: {name}");
+        check_same_array(&format!("{at}: {name}"), b, a);
     }
 }
 
@@ -540,16 +356,6 @@ fn the_writer_refuses_bad_names_and_metadata() {
 }
 
 // ------------------------------------------------------------------ hand-built files
-
-/// A safetensors file of the JSON `header` (padded with spaces to 8 bytes) and `data`.
-fn st_file(header: &str, data: &[u8]) -> Vec<u8> {
-    let mut h = header.as_bytes().to_vec();
-    h.resize(h.len().next_multiple_of(8), b' ');
-    let mut out = (h.len() as u64).to_le_bytes().to_vec();
-    out.extend_from_slice(&h);
-    out.extend_from_slice(data);
-    out
-}
 
 /// Tensors at offsets that are not multiples of their element size: a 1-byte BOOL first,
 /// then F32, I64, F64 and I32 at odd offsets. The zero-copy path cannot take them; the

@@ -376,6 +376,14 @@ fn culprit(params: &[&Parameter], grads: &[Array], extra: &[&Array]) -> String {
     )
 }
 
+/// Every optimizer's [`Optimizer::load_state`]: checks `saved` against the optimizer's
+/// `spec` (kind, hyperparameters, slots), then replaces its `state` and learning rate `lr`
+/// with what `saved` holds. On error nothing has changed.
+fn load_state(spec: Spec, saved: &OptimizerState, state: &mut State, lr: &mut f64) -> Result<()> {
+    (*state, *lr) = spec.restore(saved)?;
+    Ok(())
+}
+
 /// Stochastic gradient descent with optional momentum (heavy-ball or Nesterov) and L2 weight
 /// decay: `g' = g + wd·p`, `b = μ·b + g'`, `p -= lr·b` (Nesterov: `p -= lr·(g' + μ·b)`).
 ///
@@ -544,10 +552,7 @@ impl Optimizer for Sgd {
     }
 
     fn load_state(&mut self, state: &OptimizerState) -> Result<()> {
-        let (state, lr) = self.spec().restore(state)?;
-        self.state = state;
-        self.lr = lr;
-        Ok(())
+        load_state(self.spec(), state, &mut self.state, &mut self.lr)
     }
 }
 
@@ -731,10 +736,7 @@ impl Optimizer for Adam {
     }
 
     fn load_state(&mut self, state: &OptimizerState) -> Result<()> {
-        let (state, lr) = self.spec().restore(state)?;
-        self.state = state;
-        self.lr = lr;
-        Ok(())
+        load_state(self.spec(), state, &mut self.state, &mut self.lr)
     }
 }
 

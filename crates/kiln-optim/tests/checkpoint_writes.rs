@@ -5,27 +5,11 @@
 //! stays as it was.
 //! Also: a read error names the function the caller called.
 
+mod common;
+
+use common::{entries, scratch};
 use kiln::{Array, DType};
 use kiln_optim::{load_safetensors, read_safetensors, save_safetensors, Error, Parameter};
-use std::path::{Path, PathBuf};
-
-/// A fresh, empty directory for one test.
-fn scratch(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kiln-optim-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// The names in `dir`, sorted.
-fn entries(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
-}
 
 fn weights() -> Parameter {
     Parameter::new("w", Array::from_vec(vec![1.5f32, -2.0], &[2]).unwrap())

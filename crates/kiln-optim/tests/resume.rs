@@ -8,30 +8,15 @@
 //! without optimizer state) is an error naming the mismatch that leaves parameters and
 //! optimizer unchanged, and a failed `save_checkpoint` leaves an existing file intact.
 
+mod common;
+
+use common::{entries, scratch};
 use kiln::{Array, DType};
 use kiln_optim::{
     load_checkpoint, save_checkpoint, save_safetensors, Adam, Error, Optimizer, Parameter, Sgd,
 };
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-
-/// A fresh, empty directory for one test.
-fn scratch(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kiln-optim-resume-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// The names in `dir`, sorted.
-fn entries(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
-}
 
 /// The data: 32 points in 4 dimensions and a smooth nonlinear target.
 fn data() -> (Array, Array) {
@@ -239,6 +224,25 @@ fn a_checkpoint_that_does_not_fit_is_an_error_that_changes_nothing() {
     }
 
     type Edit = Box<dyn FnOnce(&mut Vec<(String, Array)>, &mut BTreeMap<String, String>)>;
+    /// The edit that removes the tensor `name`.
+    fn removed(name: &'static str) -> Option<Edit> {
+        Some(Box::new(move |t, _| t.retain(|(n, _)| n != name)))
+    }
+    /// The edit that puts `with` in place of the tensor `name`.
+    fn replaced(name: &'static str, with: Array) -> Option<Edit> {
+        Some(Box::new(move |t, _| {
+            if let Some((_, a)) = t.iter_mut().find(|(n, _)| n == name) {
+                *a = with;
+            }
+        }))
+    }
+    /// The edit that adds the tensors `new`.
+    fn added(new: Vec<(&'static str, Array)>) -> Option<Edit> {
+        Some(Box::new(move |t, _| {
+            t.extend(new.into_iter().map(|(n, a)| (n.to_string(), a)))
+        }))
+    }
+
     /// What is wrong, the file's edit, the optimizer to load into, what the error must say.
     type Case = (
         &'static str,
@@ -267,77 +271,49 @@ fn a_checkpoint_that_does_not_fit_is_an_error_that_changes_nothing() {
         ),
         (
             "a missing moment",
-            Some(Box::new(|t, _| {
-                t.retain(|(n, _)| n != "optim/layer0.w/exp_avg_sq")
-            })),
+            removed("optim/layer0.w/exp_avg_sq"),
             Box::new(Adam::new(0.02)),
             vec!["\"layer0.w\"", "exp_avg_sq", "incomplete"],
         ),
         (
             "a moment of the wrong shape",
-            Some(Box::new(|t, _| {
-                for (n, a) in t.iter_mut() {
-                    if n == "optim/layer1.w/exp_avg" {
-                        *a = Array::zeros(&[1, 16], DType::F32);
-                    }
-                }
-            })),
+            replaced("optim/layer1.w/exp_avg", Array::zeros(&[1, 16], DType::F32)),
             Box::new(Adam::new(0.02)),
             vec!["\"layer1.w\"", "[16, 1]", "[1, 16]", "layer1.w/exp_avg"],
         ),
         (
             "a moment of another dtype",
-            Some(Box::new(|t, _| {
-                for (n, a) in t.iter_mut() {
-                    if n == "optim/layer1.b/exp_avg_sq" {
-                        *a = Array::zeros(&[1], DType::F64);
-                    }
-                }
-            })),
+            replaced("optim/layer1.b/exp_avg_sq", Array::zeros(&[1], DType::F64)),
             Box::new(Adam::new(0.02)),
             vec!["\"layer1.b\"", "float64", "float32"],
         ),
         (
             "a parameter of the wrong shape",
-            Some(Box::new(|t, _| {
-                for (n, a) in t.iter_mut() {
-                    if n == "layer0.b" {
-                        *a = Array::zeros(&[15], DType::F32);
-                    }
-                }
-            })),
+            replaced("layer0.b", Array::zeros(&[15], DType::F32)),
             Box::new(Adam::new(0.02)),
             vec!["\"layer0.b\"", "[16]", "[15]"],
         ),
         (
             "a missing parameter",
-            Some(Box::new(|t, _| t.retain(|(n, _)| n != "layer1.b"))),
+            removed("layer1.b"),
             Box::new(Adam::new(0.02)),
             vec!["no tensor named \"layer1.b\""],
         ),
         (
             "state of a parameter not given",
-            Some(Box::new(|t, _| {
-                t.push((
-                    "optim/layer2.w/exp_avg".into(),
-                    Array::zeros(&[2], DType::F32),
-                ));
-                t.push((
-                    "optim/layer2.w/exp_avg_sq".into(),
-                    Array::zeros(&[2], DType::F32),
-                ));
-            })),
+            added(vec![
+                ("optim/layer2.w/exp_avg", Array::zeros(&[2], DType::F32)),
+                ("optim/layer2.w/exp_avg_sq", Array::zeros(&[2], DType::F32)),
+            ]),
             Box::new(Adam::new(0.02)),
             vec!["\"layer2.w\"", "not among the 4 parameters"],
         ),
         (
             "an unknown slot",
-            Some(Box::new(|t, _| {
-                t.push((
-                    "optim/layer0.b/velocity".into(),
-                    Array::zeros(&[16], DType::F32),
-                ))
-            })),
+            added(vec![(
+                "optim/layer0.b/velocity",
+                Array::zeros(&[16], DType::F32),
+            )]),
             Box::new(Adam::new(0.02)),
             vec!["\"layer0.b/velocity\"", "exp_avg"],
         ),

@@ -1,0 +1,42 @@
+//! # kiln-dragnn
+//!
+//! DRAGNN — Dynamic Recurrent Acyclic Graphical Neural Networks, the framework behind
+//! SyntaxNet — on kiln, written against kiln's public API as an outside user would.
+//! A computation is a chain of *components*; each is a transition system over a batch of
+//! *transition states* kept in [`beam::Beam`]s, and components read each other's
+//! activations through *linked features* whose indices are translated from one component's
+//! steps to another's.
+//!
+//! Modules, in the order a computation uses them:
+//! - [`spec`]: `MasterSpec` and the other spec messages, from protobuf text format or JSON,
+//!   validated with errors naming the component and field.
+//! - [`document`]: CoNLL-U sentences, the serialized input of a batch (read and written
+//!   byte for byte).
+//! - [`input`]: the batch of serialized input items, converted once to sentences.
+//! - [`term_map`]: word, tag, label and character vocabularies built from training data.
+//! - [`transition`]: the parser state and the transition systems (shift-only, tagger,
+//!   arc-standard, once).
+//! - [`features`]: the feature language: fixed and linked feature channels.
+//! - [`beam`]: the beam of transition states, with the reference's ordering, tie-breaking,
+//!   history and gold tracking.
+//! - [`translator`]: index translators, from a linked feature's value to a step and beam
+//!   slot of the source component.
+//!
+//! The behaviour follows the original C++ API as `../shared/dragnn-reference.md` describes
+//! it, with `Result` errors where the original CHECK-failed.
+//!
+//! Depends on kiln's public API, `thiserror`, `serde`, `serde_json`, and for specs `prost`,
+//! `prost-reflect` and `miette` (the spec types are generated at build time by `prost-build`
+//! from `proto/spec.proto`, compiled by `protox`: no `protoc` needed).
+
+pub mod beam;
+pub mod document;
+mod error;
+pub mod features;
+pub mod input;
+pub mod spec;
+pub mod term_map;
+pub mod transition;
+pub mod translator;
+
+pub use error::{Error, Result};
