@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Fuzzes kiln-io's readers with cargo-fuzz (libFuzzer + AddressSanitizer, on nightly): the
-# targets in crates/kiln-io/fuzz (npy, npz, safetensors, pickle), each for a fixed number of
-# runs, seeded with the test fixtures (crates/kiln-io/tests/fixtures). Installs the nightly
-# toolchain and cargo-fuzz when missing.
+# targets in crates/kiln-io/fuzz (npy, npz, safetensors, pickle, pth), each for a fixed
+# number of runs, seeded with the test fixtures (crates/kiln-io/tests/fixtures). Installs the
+# nightly toolchain and cargo-fuzz when missing.
 #
 #   scripts/fuzz-io.sh                    # every target, FUZZ_RUNS runs each
 #   FUZZ_RUNS=1000000 scripts/fuzz-io.sh npy safetensors
+#   FUZZ_RUNS=100000 scripts/fuzz-io.sh pth      # one target (only it is built)
 #
 # Environment:
 #   FUZZ_RUNS     runs per target (default 200000: about a minute per target on 2 cores,
@@ -25,7 +26,7 @@ cd "$(dirname "$0")/.."
 RUNS="${FUZZ_RUNS:-200000}"
 TIMEOUT="${FUZZ_TIMEOUT:-10}"
 read -r -a EXTRA <<< "${FUZZ_ARGS:-}"
-if [ "$#" -gt 0 ]; then TARGETS=("$@"); else TARGETS=(npy npz safetensors pickle); fi
+if [ "$#" -gt 0 ]; then TARGETS=("$@"); else TARGETS=(npy npz safetensors pickle pth); fi
 
 if ! rustup toolchain list | grep -q '^nightly'; then
     echo "== installing the nightly toolchain (cargo-fuzz needs -Zsanitizer)"
@@ -63,12 +64,24 @@ with zipfile.ZipFile(src) as z:
 PY
             done
             ;;
+        # PyTorch checkpoints, and the plain zips (stored, deflated, zip64) of the archive
+        # reader beneath them.
+        pth) cp ../../$FIXTURES/pth/*.pth ../../$FIXTURES/zip/*.zip "$dir"/ ;;
         *) echo "unknown target $target" >&2; exit 2 ;;
     esac
 }
 
-echo "== building the fuzz targets (release, debug assertions, AddressSanitizer)"
-cargo +nightly fuzz build -a
+for target in "${TARGETS[@]}"; do
+    case $target in
+        npy | npz | safetensors | pickle | pth) ;;
+        *) echo "unknown target $target" >&2; exit 2 ;;
+    esac
+done
+
+echo "== building ${TARGETS[*]} (release, debug assertions, AddressSanitizer)"
+for target in "${TARGETS[@]}"; do
+    cargo +nightly fuzz build -a "$target"
+done
 
 for target in "${TARGETS[@]}"; do
     seed "$target"

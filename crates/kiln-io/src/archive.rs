@@ -8,6 +8,14 @@
 //! reading stops one byte past the declared size, so a deflate bomb or a lying header is an
 //! [`crate::Error`] naming the member, not an exhausted memory.
 //!
+//! The central directory is checked as a whole when the archive is parsed: two entries whose
+//! data overlap (one member listed again under other names, as in a "overlapping" zip bomb,
+//! which would make each name read, inflate and be kept as one more copy of it) are an error
+//! naming both members, and so is a name listed twice. Neither `numpy.savez` nor `torch.save`
+//! writes either; Python's `zipfile` (and so numpy) would read the last member of a repeated
+//! name, but a file that holds two different members under one name is refused here rather
+//! than read one way or the other.
+//!
 //! Depends on the crate root (`crate::Ctx`) and the `zip` crate.
 
 use crate::{Ctx, Result};
@@ -23,32 +31,60 @@ pub(crate) struct Archive<'a> {
     zip: zip::ZipArchive<Cursor<&'a [u8]>>,
     /// The archive's length: no member's compressed bytes can be more.
     len: u64,
+    /// The members' names, in the archive's order.
+    names: Vec<String>,
 }
 
 impl<'a> Archive<'a> {
-    /// Reads the central directory of `bytes`.
+    /// Reads the central directory of `bytes`, and refuses it where two entries' data
+    /// overlap or a name is listed twice.
     pub fn parse(cx: &Ctx<'_>, bytes: &'a [u8]) -> Result<Archive<'a>> {
-        let zip = zip::ZipArchive::new(Cursor::new(bytes))
+        let mut zip = zip::ZipArchive::new(Cursor::new(bytes))
             .map_err(|e| cx.format(format!("not a readable zip archive ({e})")))?;
+        if zip.has_duplicate_names() {
+            return Err(cx.format(
+                "the central directory lists a member name twice (no numpy or torch archive \
+                 does; which of the two to read is ambiguous)",
+            ));
+        }
+        // each member's name and the byte range of its data (empty members hold none)
+        let mut names = Vec::with_capacity(zip.len());
+        let mut ranges = Vec::with_capacity(zip.len());
+        for i in 0..zip.len() {
+            let f = zip
+                .by_index_raw(i)
+                .map_err(|e| cx.format(format!("member {i} of the central directory: {e}")))?;
+            let name = f
+                .name()
+                .map_err(|e| cx.format(format!("member {i}: {e}")))?
+                .to_string();
+            if let Some(start) = f.data_start() {
+                if f.compressed_size() > 0 {
+                    let end = start.saturating_add(f.compressed_size());
+                    ranges.push((start, end, i));
+                }
+            }
+            names.push(name);
+        }
+        ranges.sort_unstable();
+        if let Some(w) = ranges.windows(2).find(|w| w[0].1 > w[1].0) {
+            let (a, b) = (&names[w[0].2], &names[w[1].2]);
+            return Err(cx.at(b).format(format!(
+                "its data overlaps that of member {a} (bytes {}..{} and {}..{} of the archive): \
+                 an archive whose members share bytes is malformed or a zip bomb, and is not read",
+                w[1].0, w[1].1, w[0].0, w[0].1
+            )));
+        }
         Ok(Archive {
             zip,
             len: bytes.len() as u64,
+            names,
         })
     }
 
     /// The members' names, in the archive's order.
-    pub fn names(&mut self, cx: &Ctx<'_>) -> Result<Vec<String>> {
-        (0..self.zip.len())
-            .map(|i| {
-                let f = self
-                    .zip
-                    .by_index_raw(i)
-                    .map_err(|e| cx.format(format!("member {i} of the central directory: {e}")))?;
-                Ok(f.name()
-                    .map_err(|e| cx.format(format!("member {i}: {e}")))?
-                    .to_string())
-            })
-            .collect()
+    pub fn names(&mut self, _cx: &Ctx<'_>) -> Result<Vec<String>> {
+        Ok(self.names.clone())
     }
 
     /// Whether a member of this name exists.

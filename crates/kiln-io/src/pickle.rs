@@ -13,9 +13,13 @@
 //! memoised and then filled is seen filled wherever it is fetched from the memo. The result is
 //! a tree, so a shared object appears once per reference; a self-referencing structure, and
 //! one whose shared references would expand it past 8 times its pickled size (a "billion
-//! laughs"), are errors. Protocol 0/1 text opcodes (`INT`, `STRING`, `PUT`, `INST`, …), extension codes
-//! (`EXT1/2/4`) and out-of-band buffers (`NEXT_BUFFER`) are errors naming the opcode and its
-//! offset, as is any byte that is not an opcode. Nothing here panics on malformed input.
+//! laughs"), are errors. Since one shared value may be a big string, the bytes of the
+//! strings, bytes, big ints and global names the tree holds (a copy per reference) are
+//! bounded too, by 8 times the pickle's size plus 1 MiB: a 64 KiB string referenced 50,000
+//! times is an error naming the opcode and offset that pushed it, not 3 GB. Protocol 0/1
+//! text opcodes (`INT`, `STRING`, `PUT`, `INST`, …), extension codes (`EXT1/2/4`) and
+//! out-of-band buffers (`NEXT_BUFFER`) are errors naming the opcode and its offset, as is
+//! any byte that is not an opcode. Nothing here panics on malformed input.
 //!
 //! Lives in kiln-io beside its main user, [`crate::read_pth`]; kiln-beam reads cn2en's pickled
 //! vocabularies with it too.
@@ -353,14 +357,22 @@ pub fn loads_prefix(data: &[u8]) -> Result<(Value, usize), PickleError> {
         stack: Vec::new(),
         marks: Vec::new(),
         memo: HashMap::new(),
+        origins: Vec::new(),
     };
     let root = m.run()?;
+    let byte_budget = m.pos.saturating_mul(8).saturating_add(1 << 20);
     let mut b = Builder {
         arena: &m.arena,
+        origins: &m.origins,
+        data: m.data,
         visiting: vec![false; m.arena.len()],
         // a tree may repeat shared values, but not without bound: a few references to a big
         // table are fine, a "billion laughs" of nested shared lists is an error
         budget: m.arena.len().saturating_mul(8).max(1 << 20),
+        // nor may it repeat one big string without bound: the strings, bytes, big ints and
+        // global names the tree holds (each reference a copy) count their bytes too
+        byte_budget,
+        byte_limit: byte_budget,
     };
     Ok((b.build(root, 0)?, m.pos))
 }
@@ -396,6 +408,9 @@ struct Machine<'a> {
     stack: Vec<usize>,
     marks: Vec<usize>,
     memo: HashMap<u64, usize>,
+    /// The offset of the opcode that made each arena node (parallel to `arena`), so that the
+    /// [`Builder`] can name where an over-shared string was pushed.
+    origins: Vec<usize>,
 }
 
 /// Opcodes by byte: name, and whether this reader runs it.
@@ -534,6 +549,7 @@ impl<'a> Machine<'a> {
 
     fn node(&mut self, n: Node) -> usize {
         self.arena.push(n);
+        self.origins.push(self.at);
         self.arena.len() - 1
     }
 
@@ -970,9 +986,28 @@ impl<'a> Machine<'a> {
 /// Turns the arena into a [`Value`] tree.
 struct Builder<'a> {
     arena: &'a [Node],
+    /// The offset of the opcode that made each arena node.
+    origins: &'a [usize],
+    /// The pickle, to name the opcode at an origin.
+    data: &'a [u8],
     visiting: Vec<bool>,
     /// How many more values the tree may have.
     budget: usize,
+    /// How many more bytes of strings, bytes, big ints and global names the tree may hold
+    /// (each reference to a memoised one is a copy).
+    byte_budget: usize,
+    /// The whole byte budget: 8 times the pickle's size plus 1 MiB.
+    byte_limit: usize,
+}
+
+/// The heap bytes a leaf value holds (and a clone of it copies).
+fn leaf_bytes(v: &Value) -> usize {
+    match v {
+        Value::Str(s) => s.len(),
+        Value::Bytes(b) | Value::BigInt(b) => b.len(),
+        Value::Global { module, name } => module.len() + name.len(),
+        _ => 0,
+    }
 }
 
 impl Builder<'_> {
@@ -993,6 +1028,21 @@ impl Builder<'_> {
             .get(i)
             .ok_or_else(|| PickleError::Structure("a dangling reference".into()))?;
         if let Node::Leaf(v) = node {
+            let n = leaf_bytes(v);
+            if n > self.byte_budget {
+                let offset = self.origins.get(i).copied().unwrap_or(0);
+                let op = self
+                    .data
+                    .get(offset)
+                    .and_then(|&b| opcode_name(b))
+                    .unwrap_or("an opcode");
+                return Err(PickleError::Structure(format!(
+                    "shared references expand the strings and bytes past {} bytes (8 times the pickle's size plus 1 MiB): the {n}-byte {} pushed by {op} at offset {offset} is copied once per reference",
+                    self.byte_limit,
+                    v.type_name()
+                )));
+            }
+            self.byte_budget -= n;
             return Ok(v.clone());
         }
         if self.visiting[i] {

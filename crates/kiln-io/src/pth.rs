@@ -12,6 +12,21 @@
 //! dicts (`{"model": state_dict, "optimizer": …}`) come out with dotted names
 //! (`model.encoder.weight`); non-tensor values (a learning rate, a loss) are skipped.
 //!
+//! Reading is bounded by what the file holds. A view is copied out of its storage, so views
+//! that overlap (many tensors viewing one storage, or a zero stride making one stored
+//! element many) could materialise far more than the file stores: the bytes that all views
+//! read from their storages (elements × storage element size) may total at most
+//! [`VIEW_FACTOR`] (4) times the bytes of the storages read, plus [`VIEW_SLACK`] (4 MiB),
+//! checked before anything is reserved. A checkpoint's views normally cover their storage at
+//! most once (a state dict's tensors, or twice for tied weights); only a `torch.save` of an
+//! expanded or overlapping view (`x.expand(…)`, `x.as_strided(…)`) goes past that, and it is
+//! an [`Error::Format`] naming the tensor that suggests saving `.contiguous()` or `.clone()`
+//! of it instead. The slack lets small expanded buffers through; it is kept at the 4 MiB a
+//! reader may reserve beyond what its input can encode, so a tiny file cannot ask for more.
+//! Dotted names are built in one buffer as the walk goes (memory linear in the depth), a
+//! name may be at most [`MAX_NAME`] (64 KiB) long, and the names of all tensors together at
+//! most 8 times the size of `data.pkl` plus 1 MiB.
+//!
 //! dtypes: kiln has `bool`, `i32`, `i64`, `f32` and `f64`; `float16` and `bfloat16` tensors
 //! are widened to `f32`, `int8`, `uint8` and `int16` to `i32`, exactly. Complex, quantised and
 //! sparse tensors, and the legacy (pre-1.6, non-zip) format, are [`Error::Unsupported`]
@@ -26,6 +41,16 @@ use crate::pickle::{self, Value};
 use crate::{Ctx, Error, Result};
 use kiln::{Array, DType};
 use std::collections::{BTreeMap, HashMap};
+
+/// The bytes all views of a checkpoint may read from their storages: this many times the
+/// bytes of the storages (plus [`VIEW_SLACK`]); see the module docs.
+const VIEW_FACTOR: usize = 4;
+
+/// The bytes views may read beyond [`VIEW_FACTOR`] times their storages.
+const VIEW_SLACK: usize = 4 << 20;
+
+/// The longest dotted name a tensor may have, in bytes.
+const MAX_NAME: usize = 64 << 10;
 
 /// The elements of a [`Tensor`], in C order.
 ///
@@ -284,7 +309,8 @@ fn parse(cx: &Ctx<'_>, bytes: &[u8]) -> Result<BTreeMap<String, Tensor>> {
     } else {
         false
     };
-    let root = pickle::loads(&zip.read(cx, &pkl)?).map_err(|source| Error::Pickle {
+    let pkl_bytes = zip.read(cx, &pkl)?;
+    let root = pickle::loads(&pkl_bytes).map_err(|source| Error::Pickle {
         path: format!("{} ({pkl})", cx.path),
         source,
     })?;
@@ -295,8 +321,13 @@ fn parse(cx: &Ctx<'_>, bytes: &[u8]) -> Result<BTreeMap<String, Tensor>> {
         big_endian,
         storages: HashMap::new(),
         out: BTreeMap::new(),
+        stored: 0,
+        viewed: 0,
+        names_left: pkl_bytes.len().saturating_mul(8).saturating_add(1 << 20),
     };
-    r.walk(&root, "")?;
+    drop(pkl_bytes);
+    let mut name = String::new();
+    r.walk(&root, &mut name)?;
     Ok(r.out)
 }
 
@@ -308,14 +339,12 @@ struct Reader<'c, 'a> {
     big_endian: bool,
     storages: HashMap<String, Vec<u8>>,
     out: BTreeMap<String, Tensor>,
-}
-
-fn join(prefix: &str, key: &str) -> String {
-    if prefix.is_empty() {
-        key.to_string()
-    } else {
-        format!("{prefix}.{key}")
-    }
+    /// The bytes of the storages read so far.
+    stored: usize,
+    /// The bytes the views built so far read from their storages.
+    viewed: usize,
+    /// How many more bytes the names of the tensors may take.
+    names_left: usize,
 }
 
 /// The `torch._utils` function an object was rebuilt with, if any.
@@ -342,10 +371,19 @@ impl Reader<'_, '_> {
         self.cx.at(name).unsupported(message.to_string(), hint)
     }
 
-    fn walk(&mut self, v: &Value, name: &str) -> Result<()> {
+    /// Walks `v`, whose dotted name is `name`: each level pushes its key onto the one buffer,
+    /// walks below, and truncates it again.
+    fn walk(&mut self, v: &Value, name: &mut String) -> Result<()> {
         if rebuild_fn(v).is_some() {
             let t = self.tensor(v, name)?;
-            if self.out.insert(name.to_string(), t).is_some() {
+            if name.len() > self.names_left {
+                return Err(self.err(
+                    &shorten(name),
+                    "the tensors' names take more than 8 times the size of data.pkl (plus 1 MiB)",
+                ));
+            }
+            self.names_left -= name.len();
+            if self.out.insert(name.clone(), t).is_some() {
                 return Err(self.err(name, "two tensors have this name"));
             }
             return Ok(());
@@ -355,7 +393,7 @@ impl Reader<'_, '_> {
             Value::Object(o) => self.walk_entries(&o.entries, name),
             Value::List(items) | Value::Tuple(items) => {
                 for (i, x) in items.iter().enumerate() {
-                    self.walk(x, &join(name, &i.to_string()))?;
+                    self.walk_below(x, name, &i.to_string())?;
                 }
                 Ok(())
             }
@@ -363,16 +401,34 @@ impl Reader<'_, '_> {
         }
     }
 
-    fn walk_entries(&mut self, entries: &[(Value, Value)], name: &str) -> Result<()> {
+    fn walk_entries(&mut self, entries: &[(Value, Value)], name: &mut String) -> Result<()> {
         for (k, x) in entries {
-            let key = match k {
-                Value::Str(s) => s.clone(),
-                Value::Int(i) => i.to_string(),
+            match k {
+                Value::Str(s) => self.walk_below(x, name, s)?,
+                Value::Int(i) => self.walk_below(x, name, &i.to_string())?,
                 _ => continue,
-            };
-            self.walk(x, &join(name, &key))?;
+            }
         }
         Ok(())
+    }
+
+    /// Walks `v` under `key`, `name` extended by it for the while.
+    fn walk_below(&mut self, v: &Value, name: &mut String, key: &str) -> Result<()> {
+        let len = name.len();
+        let dot = usize::from(len > 0);
+        if len + dot + key.len() > MAX_NAME {
+            return Err(self.err(
+                &shorten(name),
+                format!("a name below this one is longer than {MAX_NAME} bytes"),
+            ));
+        }
+        if dot == 1 {
+            name.push('.');
+        }
+        name.push_str(key);
+        let r = self.walk(v, name);
+        name.truncate(len);
+        r
     }
 
     fn tensor(&mut self, v: &Value, name: &str) -> Result<Tensor> {
@@ -489,6 +545,7 @@ impl Reader<'_, '_> {
                 ));
             }
             let data = self.zip.read(self.cx, &member)?;
+            self.stored = self.stored.saturating_add(data.len());
             self.storages.insert(key.clone(), data);
         }
         let bytes: &[u8] = self.storages.get(&key).map(Vec::as_slice).unwrap_or(&[]);
@@ -514,6 +571,28 @@ impl Reader<'_, '_> {
                 ));
             }
         }
+        // Views are copied: bound what all of them read from their storages (before
+        // reserving anything), so that overlapping views or zero strides cannot make a small
+        // file materialise gigabytes.
+        let viewed = numel
+            .checked_mul(esize)
+            .and_then(|n| n.checked_add(self.viewed))
+            .unwrap_or(usize::MAX);
+        let most = self
+            .stored
+            .saturating_mul(VIEW_FACTOR)
+            .saturating_add(VIEW_SLACK);
+        if viewed > most {
+            return Err(self.err(
+                name,
+                format!(
+                    "size {size:?} with stride {stride:?} reads {numel} {} elements of storage {key} (which holds {len}): the views of this checkpoint would read {viewed} bytes from storages of {} bytes, more than the {most} ({VIEW_FACTOR} times their size plus 4 MiB) allocated for them. This is an expanded or overlapping view; save tensor.contiguous() or tensor.clone() of it instead",
+                    elem.torch_name(),
+                    self.stored
+                ),
+            ));
+        }
+        self.viewed = viewed;
         // element indices in C order
         let contiguous = {
             let mut expect = 1usize;
@@ -576,6 +655,18 @@ impl Reader<'_, '_> {
             torch_dtype: elem.torch_name(),
         })
     }
+}
+
+/// The start of a long name (for an error message about it).
+fn shorten(name: &str) -> String {
+    if name.len() <= 200 {
+        return name.to_string();
+    }
+    let mut end = 200;
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &name[..end])
 }
 
 /// Storage indices of a strided view, in C order.

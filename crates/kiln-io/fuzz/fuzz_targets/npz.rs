@@ -2,24 +2,13 @@
 //! It must never panic or abort; a failure must be an `Err` naming the operation, and every
 //! array it returns must evaluate and hold no more elements than the input can encode.
 //!
-//! Depends on `kiln_io`, kiln's public API and `libfuzzer-sys`.
+//! Depends on `kiln_io`, `libfuzzer-sys` and the shared check in `common`.
 #![no_main]
 
-use kiln::{Array, DType};
-use libfuzzer_sys::fuzz_target;
+mod common;
 
-/// Evaluates a returned array, of at most `most` elements, and reads its values back.
-fn consume(most: usize, a: &Array) {
-    assert!(a.size() <= most, "{} elements, past {most}", a.size());
-    a.eval().expect("a returned array evaluates");
-    match a.dtype() {
-        DType::Bool => drop(a.to_vec::<bool>().unwrap()),
-        DType::I32 => drop(a.to_vec::<i32>().unwrap()),
-        DType::I64 => drop(a.to_vec::<i64>().unwrap()),
-        DType::F32 => drop(a.to_vec::<f32>().unwrap()),
-        DType::F64 => drop(a.to_vec::<f64>().unwrap()),
-    }
-}
+use common::consume;
+use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     match kiln_io::npz_from_bytes(data) {
