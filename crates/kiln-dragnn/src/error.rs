@@ -1,7 +1,8 @@
 //! [`Error`], the crate's one error type: each module's own error, wrapped.
 //!
 //! Depends on the error types of [`crate::spec`], [`crate::beam`], [`crate::document`],
-//! [`crate::transition`], [`crate::translator`], [`crate::input`] and [`crate::features`], and on `kiln::Error`.
+//! [`crate::transition`], [`crate::translator`], [`crate::input`], [`crate::features`],
+//! [`crate::component`] and [`crate::session`], and on `kiln::Error`.
 
 /// Errors of kiln-dragnn.
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +30,12 @@ pub enum Error {
     /// A feature channel that cannot be built.
     #[error(transparent)]
     Feature(#[from] crate::features::FeatureError),
+    /// A component operation that cannot be done.
+    #[error(transparent)]
+    Component(#[from] crate::component::ComponentError),
+    /// A compute-session operation that cannot be done.
+    #[error(transparent)]
+    Session(#[from] crate::session::SessionError),
     /// A kiln operation failed.
     #[error(transparent)]
     Kiln(#[from] kiln::Error),

@@ -21,6 +21,10 @@
 //!   history and gold tracking.
 //! - [`translator`]: index translators, from a linked feature's value to a step and beam
 //!   slot of the source component.
+//! - [`component`]: components (a transition system over a batch of beams):
+//!   `SyntaxNetComponent` and `StatelessComponent`.
+//! - [`session`]: the compute session that drives a master spec's components.
+//! - [`pool`]: a thread-safe pool of compute sessions.
 //!
 //! The behaviour follows the original C++ API as `../shared/dragnn-reference.md` describes
 //! it, with `Result` errors where the original CHECK-failed.
@@ -30,10 +34,13 @@
 //! from `proto/spec.proto`, compiled by `protox`: no `protoc` needed).
 
 pub mod beam;
+pub mod component;
 pub mod document;
 mod error;
 pub mod features;
 pub mod input;
+pub mod pool;
+pub mod session;
 pub mod spec;
 pub mod term_map;
 pub mod transition;

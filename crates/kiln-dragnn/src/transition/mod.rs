@@ -741,6 +741,189 @@ impl ParserState {
     }
 }
 
+/// The partial tree as SyntaxNet's feature locators read it (`ParserState::Parent`,
+/// `LeftmostChild`, `RightmostChild`, `LeftSibling`, `RightSibling`). A *location* is a
+/// token (`0..num_tokens`) or the root (-1); every method gives -2 ("no token") for any other
+/// input. Heads start at -1, so an unattached token reads as a child of the root, as in
+/// SyntaxNet. Huge level counts are cheap: the walks stop as soon as the answer is fixed.
+impl ParserState {
+    /// Whether `index` is a token or the root (-1).
+    fn is_location(&self, index: i32) -> bool {
+        index >= -1 && (index as i64) < self.num_tokens() as i64
+    }
+
+    /// The head of `token` applied `levels` times (the root's head is the root; 0 levels is
+    /// `token` itself); -2 when `token` is not a location.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use kiln_dragnn::{document::read_conllu, term_map::TermMaps, transition::ParserState};
+    /// # let doc = read_conllu("1\ta\t_\tX\t_\t_\t_\t_\t_\t_\n2\tb\t_\tX\t_\t_\t_\t_\t_\t_\n3\tc\t_\tX\t_\t_\t_\t_\t_\t_").unwrap();
+    /// let mut s = ParserState::new(Arc::new(doc[0].clone()), &TermMaps::default());
+    /// s.add_arc(0, 1, 0);
+    /// s.add_arc(1, 2, 0);
+    /// assert_eq!((s.ancestor(0, 0), s.ancestor(0, 1), s.ancestor(0, 2)), (0, 1, 2));
+    /// assert_eq!((s.ancestor(0, 3), s.ancestor(0, u32::MAX), s.ancestor(-1, 1)), (-1, -1, -1));
+    /// assert_eq!(s.ancestor(7, 1), -2);
+    /// ```
+    pub fn ancestor(&self, token: i32, levels: u32) -> i32 {
+        if !self.is_location(token) {
+            return -2;
+        }
+        let n = self.num_tokens() as u64;
+        let mut index = token;
+        let mut left = u64::from(levels);
+        let mut walked = 0u64;
+        while left > 0 && index != -1 {
+            index = self.head(index);
+            left -= 1;
+            walked += 1;
+            if walked > n && left > 0 && index != -1 {
+                // More steps than tokens without reaching the root: a cycle (arcs set by
+                // hand). Skip whole turns of it.
+                let mut cycle = 1u64;
+                let mut j = self.head(index);
+                while j != index && cycle <= n {
+                    j = self.head(j);
+                    cycle += 1;
+                }
+                if j == index {
+                    left %= cycle;
+                }
+                walked = 0;
+            }
+        }
+        index
+    }
+
+    /// The leftmost child of `token`, taken `levels` times (the leftmost child of the
+    /// leftmost child, ...; 0 levels is `token` itself); -2 when there is none or `token` is
+    /// not a location. The root has no leftmost child (only tokens after it can be its
+    /// children, and SyntaxNet scans the tokens before the head).
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use kiln_dragnn::{document::read_conllu, term_map::TermMaps, transition::ParserState};
+    /// # let doc = read_conllu("1\ta\t_\tX\t_\t_\t_\t_\t_\t_\n2\tb\t_\tX\t_\t_\t_\t_\t_\t_\n3\tc\t_\tX\t_\t_\t_\t_\t_\t_").unwrap();
+    /// let mut s = ParserState::new(Arc::new(doc[0].clone()), &TermMaps::default());
+    /// s.add_arc(0, 2, 0);
+    /// s.add_arc(1, 2, 0);
+    /// assert_eq!((s.leftmost_child(2, 1), s.leftmost_child(2, 2), s.leftmost_child(2, 0)), (0, -2, 2));
+    /// assert_eq!((s.leftmost_child(-1, 1), s.leftmost_child(2, u32::MAX)), (-2, -2));
+    /// ```
+    pub fn leftmost_child(&self, token: i32, levels: u32) -> i32 {
+        if !self.is_location(token) {
+            return -2;
+        }
+        let mut index = token;
+        for _ in 0..levels {
+            match (0..index.max(0)).find(|&i| self.heads[i as usize] == index) {
+                Some(i) => index = i,
+                None => return -2,
+            }
+        }
+        index
+    }
+
+    /// The rightmost child of `token`, taken `levels` times; -2 when there is none or `token`
+    /// is not a location. The root's rightmost child is the last token whose head is -1
+    /// (attached to the root or not yet attached).
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use kiln_dragnn::{document::read_conllu, term_map::TermMaps, transition::ParserState};
+    /// # let doc = read_conllu("1\ta\t_\tX\t_\t_\t_\t_\t_\t_\n2\tb\t_\tX\t_\t_\t_\t_\t_\t_\n3\tc\t_\tX\t_\t_\t_\t_\t_\t_").unwrap();
+    /// let mut s = ParserState::new(Arc::new(doc[0].clone()), &TermMaps::default());
+    /// assert_eq!(s.rightmost_child(-1, 1), 2); // every token's head is -1 so far
+    /// s.add_arc(1, 0, 0);
+    /// s.add_arc(2, 1, 0);
+    /// assert_eq!((s.rightmost_child(0, 1), s.rightmost_child(0, 2), s.rightmost_child(0, 3)), (1, 2, -2));
+    /// assert_eq!(s.rightmost_child(-1, 1), 0);
+    /// ```
+    pub fn rightmost_child(&self, token: i32, levels: u32) -> i32 {
+        if !self.is_location(token) {
+            return -2;
+        }
+        let n = self.num_tokens() as i32;
+        let mut index = token;
+        for _ in 0..levels {
+            match (index + 1..n)
+                .rev()
+                .find(|&i| self.heads[i as usize] == index)
+            {
+                Some(i) => index = i,
+                None => return -2,
+            }
+        }
+        index
+    }
+
+    /// The `n`-th token to the left of `token` with the same head (0: `token` itself); -2
+    /// when there is none, or `token` is the root (for `n > 0`) or not a location.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use kiln_dragnn::{document::read_conllu, term_map::TermMaps, transition::ParserState};
+    /// # let doc = read_conllu("1\ta\t_\tX\t_\t_\t_\t_\t_\t_\n2\tb\t_\tX\t_\t_\t_\t_\t_\t_\n3\tc\t_\tX\t_\t_\t_\t_\t_\t_").unwrap();
+    /// let mut s = ParserState::new(Arc::new(doc[0].clone()), &TermMaps::default());
+    /// s.add_arc(0, 1, 0);
+    /// s.add_arc(2, 1, 0);
+    /// assert_eq!((s.left_sibling(2, 1), s.left_sibling(2, 2), s.left_sibling(2, 0)), (0, -2, 2));
+    /// assert_eq!((s.left_sibling(1, 1), s.left_sibling(-1, 1)), (-2, -2));
+    /// ```
+    pub fn left_sibling(&self, token: i32, n: u32) -> i32 {
+        if !self.is_location(token) || (token == -1 && n > 0) {
+            return -2;
+        }
+        let head = self.head(token);
+        let mut left = n;
+        let mut i = token;
+        while left > 0 {
+            i -= 1;
+            if i < 0 {
+                return -2;
+            }
+            if self.heads[i as usize] == head {
+                left -= 1;
+            }
+        }
+        i
+    }
+
+    /// The `n`-th token to the right of `token` with the same head (0: `token` itself); -2
+    /// when there is none, or `token` is the root (for `n > 0`) or not a location.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use kiln_dragnn::{document::read_conllu, term_map::TermMaps, transition::ParserState};
+    /// # let doc = read_conllu("1\ta\t_\tX\t_\t_\t_\t_\t_\t_\n2\tb\t_\tX\t_\t_\t_\t_\t_\t_\n3\tc\t_\tX\t_\t_\t_\t_\t_\t_").unwrap();
+    /// let mut s = ParserState::new(Arc::new(doc[0].clone()), &TermMaps::default());
+    /// s.add_arc(0, 1, 0);
+    /// s.add_arc(2, 1, 0);
+    /// assert_eq!((s.right_sibling(0, 1), s.right_sibling(0, 2), s.right_sibling(0, u32::MAX)), (2, -2, -2));
+    /// assert_eq!(s.right_sibling(1, 1), -2); // token 1's head is -1; no later token's is
+    /// ```
+    pub fn right_sibling(&self, token: i32, n: u32) -> i32 {
+        if !self.is_location(token) || (token == -1 && n > 0) {
+            return -2;
+        }
+        let head = self.head(token);
+        let count = self.num_tokens() as i32;
+        let mut left = n;
+        let mut i = token;
+        while left > 0 {
+            i += 1;
+            if i >= count {
+                return -2;
+            }
+            if self.heads[i as usize] == head {
+                left -= 1;
+            }
+        }
+        i
+    }
+}
+
 impl TransitionState for ParserState {
     fn parent_beam_index(&self) -> i32 {
         self.parent_beam_index
