@@ -412,17 +412,7 @@ impl ComputeSession {
         max_beam_size: usize,
     ) -> crate::Result<()> {
         let i = self.index(name)?;
-        let Some(input) = self
-            .input
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_mut()
-        else {
-            return Err(SessionError::NoInput {
-                name: name.to_string(),
-            }
-            .into());
-        };
+        let input = input_of(&mut self.input, name)?;
         let parents = if i == 0 {
             Vec::new()
         } else {
@@ -735,17 +725,7 @@ impl ComputeSession {
     /// ```
     pub fn finalize_data(&mut self, name: &str) -> crate::Result<()> {
         let i = self.readied(name)?;
-        let Some(input) = self
-            .input
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_mut()
-        else {
-            return Err(SessionError::NoInput {
-                name: name.to_string(),
-            }
-            .into());
-        };
+        let input = input_of(&mut self.input, name)?;
         self.components[i].finalize_data(input)
     }
 
@@ -949,4 +929,22 @@ impl ComputeSession {
             })
             .collect())
     }
+}
+
+/// The session's input batch (the field, so that components can be borrowed beside it); an
+/// error naming the component `name` that needed it when there is none.
+fn input_of<'a>(
+    input: &'a mut Mutex<Option<InputBatchCache>>,
+    name: &str,
+) -> crate::Result<&'a mut InputBatchCache> {
+    input
+        .get_mut()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_mut()
+        .ok_or_else(|| {
+            SessionError::NoInput {
+                name: name.to_string(),
+            }
+            .into()
+        })
 }
