@@ -17,6 +17,7 @@ use clap::builder::RangedU64ValueParser;
 use clap::Parser;
 use kiln_dragnn::component::FixedFeatureOutput;
 use kiln_dragnn::document::{read_turkish_treebank, write_conllu};
+use kiln_dragnn::features::chen_manning::{fml, LABEL_LOCATORS, LOCATORS};
 use kiln_dragnn::pool::ComputeSessionPool;
 use kiln_dragnn::session::ComputeSession;
 use kiln_dragnn::spec::{GridPoint, MasterSpec};
@@ -56,39 +57,6 @@ struct Line {
     features: u64,
 }
 
-/// The words of Chen & Manning's feature set (SyntaxNet's 20 positions); the labels read the
-/// last 12 (the children of the top two stack tokens).
-const CM_POSITIONS: [&str; 20] = [
-    "input",
-    "input(1)",
-    "input(2)",
-    "input(3)",
-    "stack",
-    "stack(1)",
-    "stack(2)",
-    "stack(3)",
-    "stack.child(1)",
-    "stack.child(1).sibling(-1)",
-    "stack.child(-1)",
-    "stack.child(-1).sibling(1)",
-    "stack(1).child(1)",
-    "stack(1).child(1).sibling(-1)",
-    "stack(1).child(-1)",
-    "stack(1).child(-1).sibling(1)",
-    "stack.child(1).child(1)",
-    "stack.child(-1).child(-1)",
-    "stack(1).child(1).child(1)",
-    "stack(1).child(-1).child(-1)",
-];
-
-fn fml(value: &str, positions: &[&str]) -> String {
-    positions
-        .iter()
-        .map(|p| format!("{p}.{value}"))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 /// The parser spec: Chen & Manning's fixed features and the recurrent link.
 fn parser_spec() -> MasterSpec {
     let text = format!(
@@ -102,9 +70,9 @@ fn parser_spec() -> MasterSpec {
     source_component: "parser" source_translator: "shift-reduce-step" source_layer: "layer_0" }}
   backend {{ registered_name: "SyntaxNetComponent" }}
 }}"#,
-        words = fml("word", &CM_POSITIONS),
-        tags = fml("tag", &CM_POSITIONS),
-        labels = fml("label", &CM_POSITIONS[8..]),
+        words = fml(&LOCATORS, "word"),
+        tags = fml(&LOCATORS, "tag"),
+        labels = fml(LABEL_LOCATORS, "label"),
     );
     MasterSpec::from_text(&text).expect("the bench's spec parses")
 }

@@ -20,46 +20,13 @@ use std::sync::Arc;
 
 use kiln_dragnn::component::{BulkFeatures, FixedFeatureOutput};
 use kiln_dragnn::document::{read_conllu, read_turkish_treebank, write_conllu, Sentence};
+use kiln_dragnn::features::chen_manning::{fml, LABEL_LOCATORS, LOCATORS};
 use kiln_dragnn::features::fixed_channel_with_actions;
 use kiln_dragnn::session::ComputeSession;
 use kiln_dragnn::spec::{ComponentSpec, GridPoint, MasterSpec};
 use kiln_dragnn::term_map::{TermMapOptions, TermMaps};
 use kiln_dragnn::transition::{create, is_projective};
 use kiln_dragnn::Result;
-
-/// The words of Chen & Manning's parser features (SyntaxNet's 20-slot set): the first four
-/// input tokens, the top four stack tokens, and the children and grandchildren of the top two.
-const CM_POSITIONS: [&str; 20] = [
-    "input",
-    "input(1)",
-    "input(2)",
-    "input(3)",
-    "stack",
-    "stack(1)",
-    "stack(2)",
-    "stack(3)",
-    "stack.child(1)",
-    "stack.child(1).sibling(-1)",
-    "stack.child(-1)",
-    "stack.child(-1).sibling(1)",
-    "stack(1).child(1)",
-    "stack(1).child(1).sibling(-1)",
-    "stack(1).child(-1)",
-    "stack(1).child(-1).sibling(1)",
-    "stack.child(1).child(1)",
-    "stack.child(-1).child(-1)",
-    "stack(1).child(1).child(1)",
-    "stack(1).child(-1).child(-1)",
-];
-
-/// `value` read at the first `n` Chen & Manning positions, skipping the first `skip`.
-fn cm_fml(value: &str, skip: usize, n: usize) -> String {
-    CM_POSITIONS[skip..skip + n]
-        .iter()
-        .map(|p| format!("{p}.{value}"))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
 
 /// The reference's tagger_parser spec (`tests/fixtures/specs/tagger_parser.textproto`) with
 /// real features: the parser reads Chen & Manning's 20 words, 20 tags and 12 labels, its last
@@ -109,9 +76,9 @@ component {{
   inference_beam_size: 4
 }}
 "#,
-        words = cm_fml("word", 0, 20),
-        tags = cm_fml("tag", 0, 20),
-        labels = cm_fml("label", 8, 12),
+        words = fml(&LOCATORS, "word"),
+        tags = fml(&LOCATORS, "tag"),
+        labels = fml(LABEL_LOCATORS, "label"),
     );
     MasterSpec::from_text(&text).unwrap_or_else(|e| panic!("{e}"))
 }

@@ -26,6 +26,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use kiln_dragnn::document::{read_conllu, Sentence};
+use kiln_dragnn::features::chen_manning::{fml as cm_fml, LABEL_LOCATORS, LOCATORS as CM_LOCATORS};
 use kiln_dragnn::features::parse::{parse_fml, parse_templates};
 use kiln_dragnn::features::template::{Feature, TokenValue};
 use kiln_dragnn::features::{
@@ -102,39 +103,6 @@ fn all_ids(channel: &dyn FixedFeatures, state: &ParserState) -> Vec<i64> {
 // ---------------------------------------------------------------------------------------
 // The Chen & Manning set of the reference
 
-/// The 20 locators of the Chen & Manning word and tag features; the last 12 are the label
-/// locators.
-const CM_LOCATORS: [&str; 20] = [
-    "input",
-    "input(1)",
-    "input(2)",
-    "input(3)",
-    "stack",
-    "stack(1)",
-    "stack(2)",
-    "stack(3)",
-    "stack.child(1)",
-    "stack.child(1).sibling(-1)",
-    "stack.child(-1)",
-    "stack.child(-1).sibling(1)",
-    "stack(1).child(1)",
-    "stack(1).child(1).sibling(-1)",
-    "stack(1).child(-1)",
-    "stack(1).child(-1).sibling(1)",
-    "stack.child(2)",
-    "stack.child(-2)",
-    "stack(1).child(2)",
-    "stack(1).child(-2)",
-];
-
-fn cm_fml(locators: &[&str], feature: &str) -> String {
-    locators
-        .iter()
-        .map(|l| format!("{l}.{feature}"))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 struct Cm {
     words: Box<dyn FixedFeatures>,
     tags: Box<dyn FixedFeatures>,
@@ -145,7 +113,7 @@ fn cm(maps: &TermMaps) -> Cm {
     Cm {
         words: fixed(&cm_fml(&CM_LOCATORS, "word"), maps),
         tags: fixed(&cm_fml(&CM_LOCATORS, "tag"), maps),
-        labels: fixed(&cm_fml(&CM_LOCATORS[8..], "label"), maps),
+        labels: fixed(&cm_fml(LABEL_LOCATORS, "label"), maps),
     }
 }
 
@@ -174,7 +142,7 @@ fn chen_manning_set_parses_and_sizes() {
     for (feature, locators, size, vocabulary) in [
         ("word", &CM_LOCATORS[..], 20, 16 + 3),
         ("tag", &CM_LOCATORS[..], 20, 8 + 3),
-        ("label", &CM_LOCATORS[8..], 12, 13 + 3),
+        ("label", LABEL_LOCATORS, 12, 13 + 3),
     ] {
         let fml = cm_fml(locators, feature);
         let nodes = parse_fml(&fml).unwrap();

@@ -64,6 +64,7 @@
 //! Depends on [`crate::transition`], [`crate::term_map`], [`crate::spec`] and
 //! [`crate::document`].
 
+pub mod chen_manning;
 mod extract;
 pub mod lexical;
 pub mod parse;
