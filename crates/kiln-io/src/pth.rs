@@ -16,7 +16,7 @@
 //! that overlap (many tensors viewing one storage, or a zero stride making one stored
 //! element many) could materialise far more than the file stores: the bytes that all views
 //! read from their storages (elements × storage element size) may total at most
-//! [`VIEW_FACTOR`] (4) times the bytes of the storages read, plus [`VIEW_SLACK`] (4 MiB),
+//! `VIEW_FACTOR` (4) times the bytes of the storages read, plus `VIEW_SLACK` (4 MiB),
 //! checked before anything is reserved. A checkpoint's views normally cover their storage at
 //! most once (a state dict's tensors, or twice for tied weights); only a `torch.save` of an
 //! expanded or overlapping view (`x.expand(…)`, `x.as_strided(…)`) goes past that, and it is
@@ -24,7 +24,7 @@
 //! of it instead. The slack lets small expanded buffers through; it is kept at the 4 MiB a
 //! reader may reserve beyond what its input can encode, so a tiny file cannot ask for more.
 //! Dotted names are built in one buffer as the walk goes (memory linear in the depth), a
-//! name may be at most [`MAX_NAME`] (64 KiB) long, and the names of all tensors together at
+//! name may be at most `MAX_NAME` (64 KiB) long, and the names of all tensors together at
 //! most 8 times the size of `data.pkl` plus 1 MiB.
 //!
 //! dtypes: kiln has `bool`, `i32`, `i64`, `f32` and `f64`; `float16` and `bfloat16` tensors

@@ -15,7 +15,7 @@ use crate::translator::{LinkIndex, Method, TranslationSource, TranslatorError};
 /// Forwards its predecessor's states: [`Component::get_beam`] returns them, the source beam
 /// index of slot `i` is `i`, it is always ready and terminal, takes no steps, finalizing
 /// writes nothing, and every extraction, advance or trace method fails with
-/// "[name] Method not supported".
+/// "\[name\] Method not supported".
 ///
 /// ```
 /// use kiln_dragnn::component::{Component, StatelessComponent};
