@@ -2,7 +2,7 @@
 //!
 //! Depends on the error types of [`crate::spec`], [`crate::beam`], [`crate::document`],
 //! [`crate::transition`], [`crate::translator`], [`crate::input`], [`crate::features`],
-//! [`crate::component`] and [`crate::session`], and on `kiln::Error`.
+//! [`crate::component`], [`crate::session`], [`crate::network`] and [`crate::scorer`], and on `kiln::Error`.
 
 /// Errors of kiln-dragnn.
 #[derive(Debug, thiserror::Error)]
@@ -36,9 +36,27 @@ pub enum Error {
     /// A compute-session operation that cannot be done.
     #[error(transparent)]
     Session(#[from] crate::session::SessionError),
+    /// A network that cannot be built or run.
+    #[error(transparent)]
+    Network(Box<crate::network::NetworkError>),
+    /// Predictions that cannot be scored against their gold sentences.
+    #[error(transparent)]
+    Score(Box<crate::scorer::ScoreError>),
     /// A kiln operation failed.
     #[error(transparent)]
     Kiln(#[from] kiln::Error),
+}
+
+impl From<crate::network::NetworkError> for Error {
+    fn from(e: crate::network::NetworkError) -> Error {
+        Error::Network(Box::new(e))
+    }
+}
+
+impl From<crate::scorer::ScoreError> for Error {
+    fn from(e: crate::scorer::ScoreError) -> Error {
+        Error::Score(Box::new(e))
+    }
 }
 
 /// `Result` with this crate's [`Error`].

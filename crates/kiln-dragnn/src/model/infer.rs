@@ -1,0 +1,264 @@
+//! Inference (DRAGNN's `build_greedy_inference` and beam inference): each component runs
+//! step by step, every step **one kiln evaluation** of the batch, then advances its beams
+//! from the logits (`AdvanceFromPrediction`; components without logits advance along the
+//! oracle) and writes its annotations (`FinalizeData`).
+//!
+//! A step's graph has the same operations at every step and for every batch: finished
+//! sentences keep their rows (their features embed as zeros or as the final state's), so
+//! kiln's graph cache compiles each component's step once.
+//! The layers that linked features read are copied to host tables after each step, and
+//! linked inputs are gathered from them on the host (the source's values are already
+//! computed; only the projection runs in the graph).
+//!
+//! [`parse`] splits sentences into batches of similar length, runs them on several
+//! threads with sessions from a [`ComputeSessionPool`], and returns the annotated sentences
+//! in input order.
+//!
+//! Depends on [`super`] (the models), [`crate::network`], [`crate::session`],
+//! [`crate::pool`] and [`crate::document`].
+
+use std::sync::Mutex;
+
+use kiln::{Array, DType};
+
+use super::train::items;
+use super::MasterModel;
+use crate::component::FixedFeatureOutput;
+use crate::document::{read_conllu, Sentence};
+use crate::network::{floats, gather_links_host, FixedBatch, LinkBatch, NetworkError};
+use crate::pool::ComputeSessionPool;
+use crate::session::ComputeSession;
+
+/// A component's activations that linked features read, on the host: for each layer its
+/// width and its rows, `step * stride + batch * beam + slot`.
+#[derive(Debug, Default)]
+struct HostTables {
+    stride: usize,
+    beam: usize,
+    layers: Vec<(String, usize, Vec<f32>)>,
+}
+
+impl HostTables {
+    fn get(&self, layer: &str) -> Option<(&[f32], usize)> {
+        self.layers
+            .iter()
+            .find(|(n, _, _)| n == layer)
+            .map(|(_, d, v)| (v.as_slice(), *d))
+    }
+}
+
+/// Options of inference.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InferOptions {
+    /// The beam size of components that predict (`None`: each spec's
+    /// `inference_beam_size`).
+    pub beam: Option<usize>,
+    /// Sentences per batch.
+    pub batch_size: usize,
+    /// Threads (each with its own session).
+    pub threads: usize,
+}
+
+impl Default for InferOptions {
+    fn default() -> InferOptions {
+        InferOptions {
+            beam: None,
+            batch_size: 32,
+            threads: 1,
+        }
+    }
+}
+
+/// As `f32` values on the host.
+fn host_f32(a: &Array) -> kiln::Result<Vec<f32>> {
+    if a.dtype() == DType::F32 {
+        a.to_vec::<f32>()
+    } else {
+        a.cast(DType::F32).to_vec::<f32>()
+    }
+}
+
+/// Runs every component of `model` over the input already in `session` (see
+/// [`ComputeSession::set_input_data`]) and finalizes each: the session then holds the
+/// annotated batch ([`ComputeSession::get_serialized_predictions`]).
+pub fn run_session(
+    model: &MasterModel,
+    session: &mut ComputeSession,
+    beam: Option<usize>,
+) -> crate::Result<()> {
+    let store = model.params();
+    let dtype = store.dtype();
+    let spec = model.spec();
+    let mut tables: Vec<HostTables> = Vec::new();
+    for comp in model.components() {
+        let name = comp.name.as_str();
+        let cspec = &spec.component[comp.index];
+        let predicts = comp.unit.num_actions().is_some();
+        let beam_size = if predicts {
+            beam.unwrap_or(cspec.inference_beam_size().max(1) as usize)
+        } else {
+            1
+        };
+        session.initialize_component_data(name, beam_size.max(1))?;
+        let k = session.beam_size(name)?;
+        let stride = session.batch_size(name)? * k;
+        // The layers of this component that some linked feature reads.
+        let mut read: Vec<(String, usize)> = Vec::new();
+        for c in model.components() {
+            for l in &c.linked {
+                if l.source == comp.index && !read.iter().any(|(n, _)| *n == l.layer) {
+                    read.push((l.layer.clone(), l.source_dim));
+                }
+            }
+        }
+        let mut own = HostTables {
+            stride,
+            beam: k,
+            layers: read
+                .iter()
+                .map(|(n, d)| (n.clone(), *d, Vec::new()))
+                .collect(),
+        };
+        let mut state = comp.unit.initial_state(stride, dtype)?;
+        while !session.is_terminal(name)? {
+            let mut parts = Vec::new();
+            for (c, f) in comp.fixed.iter().enumerate() {
+                let mut out = FixedFeatureOutput::default();
+                session.get_input_features(name, c, &mut out)?;
+                let mut b = FixedBatch::new(stride, f.size);
+                b.add_step(0, &out)?;
+                parts.push(comp.embed_fixed(store, c, &b)?);
+            }
+            for (c, l) in comp.linked.iter().enumerate() {
+                let links = session.get_translated_link_features(name, c)?;
+                let src = if l.recurrent { &own } else { &tables[l.source] };
+                let mut b = LinkBatch::new(l.size);
+                b.add_step(&links, |x| {
+                    if x.step_index < 0 || x.beam_index < 0 {
+                        return None;
+                    }
+                    Some(
+                        x.step_index as usize * src.stride
+                            + x.batch_index * src.beam
+                            + x.beam_index as usize,
+                    )
+                });
+                let (table, dim) = src.get(&l.layer).ok_or_else(|| NetworkError::BadUnit {
+                    component: comp.name.clone(),
+                    unit: "linked feature".into(),
+                    message: format!("layer '{}' of its source was not kept", l.layer),
+                })?;
+                let (rows, oob) = gather_links_host(table, dim, &b)?;
+                let n = b.source_rows.len();
+                let rows = floats(rows, &[n, dim], dtype)?;
+                let oob = floats(oob, &[n, 1], dtype)?;
+                parts.push(comp.embed_linked(store, c, &rows, &oob, stride)?);
+            }
+            let (layers, next) = comp.run(store, &parts, state.as_ref(), None)?;
+            let mut outputs: Vec<&Array> = Vec::new();
+            if let Some(l) = layers.get("logits") {
+                outputs.push(l);
+            }
+            for (n, _) in &read {
+                if let Some(l) = layers.get(n) {
+                    outputs.push(l);
+                }
+            }
+            if let Some(s) = &next {
+                outputs.push(&s.h);
+                outputs.push(&s.c);
+            }
+            kiln::eval(&outputs)?;
+            for (n, _, table) in &mut own.layers {
+                if let Some(l) = layers.get(n) {
+                    table.extend(host_f32(l)?);
+                }
+            }
+            state = next;
+            match layers.get("logits").filter(|_| predicts) {
+                Some(logits) => {
+                    let scores = host_f32(logits)?;
+                    session.advance_from_prediction(name, &scores, stride, comp.num_actions)?;
+                }
+                None => session.advance_from_oracle(name)?,
+            }
+        }
+        session.finalize_data(name)?;
+        tables.push(own);
+    }
+    Ok(())
+}
+
+/// Annotates one batch of sentences with `session`.
+pub fn annotate_batch(
+    model: &MasterModel,
+    session: &mut ComputeSession,
+    sentences: &[Sentence],
+    beam: Option<usize>,
+) -> crate::Result<Vec<Sentence>> {
+    session.reset_session();
+    session.set_input_data(items(sentences));
+    run_session(model, session, beam)?;
+    let mut out = Vec::with_capacity(sentences.len());
+    for text in session.get_serialized_predictions()? {
+        out.extend(read_conllu(&text)?);
+    }
+    Ok(out)
+}
+
+/// Annotates `sentences` with `model`: batches of similar length on `options.threads`
+/// threads, results in input order.
+pub fn parse(
+    model: &MasterModel,
+    sentences: &[Sentence],
+    options: &InferOptions,
+) -> crate::Result<Vec<Sentence>> {
+    let mut order: Vec<usize> = (0..sentences.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(sentences[i].len()));
+    let batch = options.batch_size.max(1);
+    let batches: Vec<Vec<usize>> = order.chunks(batch).map(<[usize]>::to_vec).collect();
+    let pool = ComputeSessionPool::new(
+        model.spec().clone(),
+        model.grid().clone(),
+        model.maps().clone(),
+    );
+    let next = Mutex::new(0usize);
+    let results: Mutex<Vec<Option<Sentence>>> = Mutex::new(vec![None; sentences.len()]);
+    let threads = options.threads.max(1).min(batches.len().max(1));
+    let work = || -> crate::Result<()> {
+        let mut session = pool.session()?;
+        loop {
+            let b = {
+                let mut n = next.lock().unwrap_or_else(|e| e.into_inner());
+                let b = *n;
+                *n += 1;
+                b
+            };
+            let Some(idx) = batches.get(b) else {
+                return Ok(());
+            };
+            let input: Vec<Sentence> = idx.iter().map(|&i| sentences[i].clone()).collect();
+            let out = annotate_batch(model, &mut session, &input, options.beam)?;
+            let mut r = results.lock().unwrap_or_else(|e| e.into_inner());
+            for (&i, s) in idx.iter().zip(out) {
+                r[i] = Some(s);
+            }
+        }
+    };
+    let outcomes: Vec<crate::Result<()>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads).map(|_| scope.spawn(work)).collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    for o in outcomes {
+        o?;
+    }
+    let results = results.into_inner().unwrap_or_else(|e| e.into_inner());
+    Ok(results
+        .into_iter()
+        .zip(sentences)
+        .map(|(r, s)| r.unwrap_or_else(|| s.clone()))
+        .collect())
+}

@@ -1,0 +1,682 @@
+//! Training by oracle (DRAGNN's `build_greedy_training` and `MasterBuilder.build_training`,
+//! training beam 1), with each training step **one kiln evaluation**.
+//!
+//! A step first walks the components along the oracle on the host ([`walk_oracle`]):
+//! for every step of every component it records the fixed features, the translated linked
+//! features (as rows of the source's activation table) and the oracle labels.
+//! The recorded features do not depend on the network (the oracle decides every
+//! transition), so the network for the whole batch is one graph: [`forward`] builds every
+//! component's layers over all its steps (the *bulk* layout `[steps × batch, dim]`,
+//! step-major), [`cost`] the softmax cross-entropy averaged over valid steps, and the
+//! [`Trainer`] adds the L2 term, takes gradients and lets the optimizer evaluate loss,
+//! gradients and update together.
+//! The graph's operations depend on the spec and, for units with state or recurrent links,
+//! on the number of steps; sizes do not enter kiln's cache key, so batches of the same
+//! step count reuse one compiled plan.
+//!
+//! [`Unroll::Bulk`] embeds every step at once and runs units without state on all rows in
+//! one go (recurrent links and LSTMs still step); [`Unroll::StepByStep`] builds each step
+//! separately, as the dynamic builder does; both compute the same values.
+//!
+//! Depends on [`super`] (the models), [`crate::network`], [`crate::session`],
+//! [`crate::spec`] and kiln-optim.
+
+use kiln::{Array, DType};
+use kiln_optim::{Adam, Optimizer, Parameter, Sgd};
+
+use super::{ComponentModel, MasterModel};
+use crate::component::FixedFeatureOutput;
+use crate::document::{write_conllu, Sentence};
+use crate::network::{
+    floats, gather_links, DropoutSeeds, FixedBatch, Layers, LinkBatch, LstmState, NetworkError,
+};
+use crate::session::ComputeSession;
+use crate::spec::{GridPoint, TrainTarget};
+
+/// What one component's oracle walk over a batch recorded, in the bulk layout: row
+/// `step * stride + item`.
+#[derive(Debug, Clone)]
+pub struct Walk {
+    /// The steps taken (the longest item's).
+    pub steps: usize,
+    /// Items per step (batch × beam; beam is 1 in training).
+    pub stride: usize,
+    /// The fixed features of each channel.
+    pub fixed: Vec<FixedBatch>,
+    /// The linked features of each channel, as rows of their source's table.
+    pub linked: Vec<LinkBatch>,
+    /// The oracle label of every row (-1: a final state, no loss).
+    pub labels: Vec<i64>,
+}
+
+/// The step counts of components that build a graph piece per step are padded to a
+/// multiple of this, so that batches of similar length share one compiled plan.
+pub const STEP_BUCKET: usize = 8;
+
+/// Serializes sentences as a session's input items.
+pub fn items(sentences: &[Sentence]) -> Vec<String> {
+    sentences
+        .iter()
+        .map(|s| write_conllu(std::slice::from_ref(s)))
+        .collect()
+}
+
+/// The row of a source component's bulk table that a translated link reads.
+fn source_row(l: &crate::translator::LinkIndex, stride: usize, beam: usize) -> Option<usize> {
+    if l.step_index < 0 || l.beam_index < 0 {
+        return None;
+    }
+    Some(l.step_index as usize * stride + l.batch_index * beam + l.beam_index as usize)
+}
+
+/// Walks components `0..=last` of `model` along the oracle over `sentences` (training beam
+/// 1), recording each component's features and labels.
+pub fn walk_oracle(
+    model: &MasterModel,
+    session: &mut ComputeSession,
+    sentences: &[Sentence],
+    last: usize,
+) -> crate::Result<Vec<Walk>> {
+    session.reset_session();
+    session.set_input_data(items(sentences));
+    let mut walks: Vec<Walk> = Vec::new();
+    for comp in &model.components()[..=last] {
+        let name = comp.name.as_str();
+        session.initialize_component_data(name, 1)?;
+        let stride = session.batch_size(name)? * session.beam_size(name)?;
+        let beam = session.beam_size(name)?;
+        let mut fixed: Vec<FixedBatch> = Vec::new();
+        let mut linked: Vec<LinkBatch> =
+            comp.linked.iter().map(|l| LinkBatch::new(l.size)).collect();
+        let mut labels = Vec::new();
+        let mut steps = 0usize;
+        let mut step_fixed: Vec<Vec<FixedFeatureOutput>> = vec![Vec::new(); comp.fixed.len()];
+        while !session.is_terminal(name)? {
+            for (c, out) in step_fixed.iter_mut().enumerate() {
+                let mut o = FixedFeatureOutput::default();
+                session.get_input_features(name, c, &mut o)?;
+                out.push(o);
+            }
+            for (c, l) in comp.linked.iter().enumerate() {
+                let links = session.get_translated_link_features(name, c)?;
+                let (src_stride, src_beam) = if l.recurrent {
+                    (stride, beam)
+                } else {
+                    (walks[l.source].stride, 1)
+                };
+                linked[c].add_step(&links, |x| source_row(x, src_stride, src_beam));
+            }
+            for b in session.emit_oracle_labels(name)? {
+                labels.extend(b.into_iter().map(i64::from));
+                // beams shorter than the max beam are padded
+            }
+            labels.resize((steps + 1) * stride, -1);
+            session.advance_from_oracle(name)?;
+            steps += 1;
+        }
+        // Units that step (LSTMs, recurrent links) build one graph piece per step: pad the
+        // step count to a multiple of STEP_BUCKET so batches share compiled plans. Padding
+        // steps have no features, no links and no loss.
+        if comp.unit.is_recurrent() || comp.has_recurrent_links() {
+            let padded = steps.div_ceil(STEP_BUCKET) * STEP_BUCKET;
+            for l in &mut linked {
+                l.rows = padded * stride;
+                l.source_rows.resize(padded * stride * l.size, None);
+            }
+            labels.resize(padded * stride, -1);
+            steps = padded;
+        }
+        for (c, outs) in step_fixed.iter().enumerate() {
+            let mut batch = FixedBatch::new(steps * stride, comp.fixed[c].size);
+            for (t, o) in outs.iter().enumerate() {
+                batch.add_step(t * stride, o)?;
+            }
+            fixed.push(batch);
+        }
+        walks.push(Walk {
+            steps,
+            stride,
+            fixed,
+            linked,
+            labels,
+        });
+    }
+    Ok(walks)
+}
+
+/// How [`forward`] builds a component's graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unroll {
+    /// Every step's embeddings at once; units without state on all rows at once.
+    Bulk,
+    /// Each step separately, as DRAGNN's dynamic builder does.
+    StepByStep,
+}
+
+/// A zero-row table of `dim` columns (the history before the first step).
+fn empty_table(dim: usize, dtype: DType) -> kiln::Result<Array> {
+    Array::try_zeros(&[0, dim], dtype)
+}
+
+/// Concatenates per-step layers into bulk layers.
+fn concat_steps(steps: &[Layers]) -> Result<Layers, NetworkError> {
+    let mut out = Layers::default();
+    let Some(first) = steps.first() else {
+        return Ok(out);
+    };
+    for name in first.names() {
+        let parts: Vec<&Array> = steps.iter().filter_map(|l| l.get(name)).collect();
+        out.push(name, Array::try_concat(&parts, 0)?);
+    }
+    Ok(out)
+}
+
+/// The layers of one component over all steps of its walk, in the bulk layout.
+fn component_forward(
+    model: &MasterModel,
+    comp: &ComponentModel,
+    walk: &Walk,
+    tables: &[Layers],
+    unroll: Unroll,
+    mut dropout: Option<&mut DropoutSeeds>,
+) -> Result<Layers, NetworkError> {
+    let store = model.params();
+    let dtype = store.dtype();
+    let (steps, stride) = (walk.steps, walk.stride);
+    let rows = steps * stride;
+    let table_of = |i: usize| -> Result<&Array, NetworkError> {
+        let l = &comp.linked[i];
+        tables[l.source]
+            .get(&l.layer)
+            .ok_or_else(|| NetworkError::BadUnit {
+                component: comp.name.clone(),
+                unit: "linked feature".into(),
+                message: format!("source layer '{}' was not computed", l.layer),
+            })
+    };
+    let bulk = unroll == Unroll::Bulk;
+    if bulk && !comp.has_recurrent_links() && !comp.unit.is_recurrent() {
+        let mut parts = Vec::new();
+        for (i, b) in walk.fixed.iter().enumerate() {
+            parts.push(comp.embed_fixed(store, i, b)?);
+        }
+        for (i, b) in walk.linked.iter().enumerate() {
+            let (g, oob) = gather_links(table_of(i)?, b)?;
+            parts.push(comp.embed_linked(store, i, &g, &oob, rows)?);
+        }
+        return Ok(comp.run(store, &parts, None, dropout)?.0);
+    }
+    // Embeddings of every step at once where they do not depend on the network.
+    let mut bulk_parts: Vec<Option<Array>> = Vec::new();
+    if bulk {
+        for (i, b) in walk.fixed.iter().enumerate() {
+            bulk_parts.push(Some(comp.embed_fixed(store, i, b)?));
+        }
+        for (i, b) in walk.linked.iter().enumerate() {
+            if comp.linked[i].recurrent {
+                bulk_parts.push(None);
+            } else {
+                let (g, oob) = gather_links(table_of(i)?, b)?;
+                bulk_parts.push(Some(comp.embed_linked(store, i, &g, &oob, rows)?));
+            }
+        }
+    }
+    let mut state: Option<LstmState> = comp.unit.initial_state(stride, dtype)?;
+    let mut history: Vec<Layers> = Vec::with_capacity(steps);
+    for t in 0..steps {
+        let slice = |a: &Array| a.try_slice(kiln::s![t * stride..(t + 1) * stride]);
+        let mut parts = Vec::new();
+        for (i, b) in walk.fixed.iter().enumerate() {
+            parts.push(match bulk_parts.get(i) {
+                Some(Some(a)) => slice(a)?,
+                _ => comp.embed_fixed(store, i, &b.rows_range(t * stride, stride))?,
+            });
+        }
+        for (i, b) in walk.linked.iter().enumerate() {
+            let l = &comp.linked[i];
+            if let Some(Some(a)) = bulk_parts.get(walk.fixed.len() + i) {
+                parts.push(slice(a)?);
+                continue;
+            }
+            let rows_t = b.rows_range(t * stride, stride);
+            let (g, oob) = if l.recurrent {
+                let own: Vec<&Array> = history.iter().filter_map(|h| h.get(&l.layer)).collect();
+                let table = if own.is_empty() {
+                    empty_table(l.source_dim, dtype)?
+                } else {
+                    Array::try_concat(&own, 0)?
+                };
+                gather_links(&table, &rows_t)?
+            } else {
+                gather_links(table_of(i)?, &rows_t)?
+            };
+            parts.push(comp.embed_linked(store, i, &g, &oob, stride)?);
+        }
+        let (layers, next) = comp.run(store, &parts, state.as_ref(), dropout.as_deref_mut())?;
+        state = next;
+        history.push(layers);
+    }
+    if history.is_empty() {
+        // No steps (an empty batch): zero-row layers of the right widths.
+        let mut out = Layers::default();
+        for (name, dim) in comp.unit.layers() {
+            out.push(&name, empty_table(dim, dtype)?);
+        }
+        return Ok(out);
+    }
+    concat_steps(&history)
+}
+
+/// Every component's layers over its walk (components `0..walks.len()`), in the bulk
+/// layout; `dropout` is `Some` when training.
+pub fn forward(
+    model: &MasterModel,
+    walks: &[Walk],
+    unroll: Unroll,
+    mut dropout: Option<&mut DropoutSeeds>,
+) -> Result<Vec<Layers>, NetworkError> {
+    let mut out: Vec<Layers> = Vec::new();
+    for (comp, walk) in model.components().iter().zip(walks) {
+        let layers = component_forward(model, comp, walk, &out, unroll, dropout.as_deref_mut())?;
+        out.push(layers);
+    }
+    Ok(out)
+}
+
+/// A component's cost on a batch: the softmax cross-entropy of `logits` against the oracle
+/// labels summed over valid rows and divided by their number (DRAGNN's
+/// `build_greedy_training`), and the number of valid rows the argmax gets right.
+#[derive(Debug, Clone)]
+pub struct Cost {
+    /// The mean cross-entropy (a scalar array).
+    pub cost: Array,
+    /// The correct predictions (a scalar array, `i64`).
+    pub correct: Array,
+    /// The valid rows.
+    pub total: usize,
+}
+
+/// The cost of `logits` (`[rows, actions]`) against `labels` (−1: no loss).
+pub fn cost(logits: &Array, labels: &[i64]) -> Result<Cost, NetworkError> {
+    let rows = labels.len();
+    let actions = logits.shape()[1];
+    let dtype = logits.dtype();
+    let total = labels.iter().filter(|&&l| l >= 0).count();
+    let lab = Array::from_vec(labels.to_vec(), &[rows])?;
+    let valid = floats(
+        labels
+            .iter()
+            .map(|&l| if l >= 0 { 1.0 } else { 0.0 })
+            .collect(),
+        &[rows],
+        dtype,
+    )?;
+    let lse = logits.try_logsumexp(Some(&[-1]), false)?;
+    let picked = logits
+        .try_mul(&lab.try_one_hot(actions, dtype)?)?
+        .try_sum(Some(&[-1]), false)?;
+    let sum = lse
+        .try_sub(&picked)?
+        .try_mul(&valid)?
+        .try_sum(None, false)?;
+    let cost = sum.try_div(total.max(1) as f64)?;
+    let hits = logits.try_argmax(Some(-1), false)?.try_eq(&lab)?;
+    let correct = hits
+        .try_logical_and(&valid.try_gt(0.0)?)?
+        .cast(DType::I64)
+        .try_sum(None, false)?;
+    Ok(Cost {
+        cost,
+        correct,
+        total,
+    })
+}
+
+/// A training target with its normalised weights and own optimizer.
+struct Target {
+    spec: TrainTarget,
+    /// The last component it trains.
+    last: usize,
+    /// Per component `0..=last`, its weight (summing to 1).
+    weights: Vec<f64>,
+    /// The parameters it updates.
+    params: Vec<String>,
+    optimizer: Box<dyn Optimizer + Send>,
+    steps: u64,
+}
+
+/// A target's loss on a batch, its components' costs, and the gradients of the loss with
+/// respect to the target's parameters, as lazy arrays.
+#[derive(Debug, Clone)]
+pub struct LossAndGrads {
+    /// The loss: the weighted costs plus the L2 term.
+    pub loss: Array,
+    /// The costs of the weighted components that have logits, in component order.
+    pub costs: Vec<Cost>,
+    /// The parameters' names.
+    pub names: Vec<String>,
+    /// The gradients, in the order of `names`.
+    pub grads: Vec<Array>,
+}
+
+/// Statistics of one training step.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct StepStats {
+    /// The target's name.
+    pub target: String,
+    /// The loss (weighted costs plus the L2 term).
+    pub loss: f64,
+    /// Per weighted component: `(name, correct, total)` of the oracle actions.
+    pub accuracy: Vec<(String, u64, u64)>,
+}
+
+/// Trains a [`MasterModel`] by oracle on batches of sentences, one target at a time.
+pub struct Trainer {
+    model: MasterModel,
+    session: ComputeSession,
+    targets: Vec<Target>,
+    unroll: Unroll,
+    dropout: u64,
+}
+
+/// The optimizer a grid point asks for.
+fn optimizer(grid: &GridPoint) -> crate::Result<Box<dyn Optimizer + Send>> {
+    match grid.learning_method() {
+        "adam" | "lazyadam" => Ok(Box::new(
+            Adam::new(grid.learning_rate())
+                .betas(grid.adam_beta1(), grid.adam_beta2())
+                .eps(grid.adam_eps()),
+        )),
+        "momentum" => Ok(Box::new(
+            Sgd::new(grid.learning_rate()).momentum(grid.momentum()),
+        )),
+        other => Err(NetworkError::BadUnit {
+            component: "(grid point)".into(),
+            unit: "learning_method".into(),
+            message: format!(
+                "learning_method {other:?} is not one of \"adam\", \"lazyadam\", \"momentum\""
+            ),
+        }
+        .into()),
+    }
+}
+
+impl Trainer {
+    /// A trainer of `model` for `targets` (none: one target training every component with
+    /// equal weights), building graphs as `unroll` says.
+    pub fn new(
+        model: MasterModel,
+        targets: &[TrainTarget],
+        unroll: Unroll,
+    ) -> crate::Result<Trainer> {
+        let n = model.components().len();
+        let default = [TrainTarget {
+            name: Some("all".into()),
+            ..Default::default()
+        }];
+        let targets = if targets.is_empty() {
+            &default[..]
+        } else {
+            targets
+        };
+        let mut out = Vec::new();
+        for t in targets {
+            let last = if t.max_index() < 0 {
+                n.saturating_sub(1)
+            } else {
+                (t.max_index() as usize).min(n).saturating_sub(1)
+            };
+            let bad = |message: String| -> crate::Error {
+                NetworkError::BadUnit {
+                    component: "(train target)".into(),
+                    unit: t.name().to_string(),
+                    message,
+                }
+                .into()
+            };
+            if t.unroll_using_oracle.iter().any(|u| !u) {
+                return Err(bad(
+                    "unroll_using_oracle: false (greedy inference inside \
+                     training) is not supported; train every component along the oracle"
+                        .into(),
+                ));
+            }
+            let mut weights: Vec<f64> = if t.component_weights.is_empty() {
+                vec![1.0; last + 1]
+            } else {
+                if t.component_weights.len() != n {
+                    return Err(bad(format!(
+                        "{} component_weights for {n} components",
+                        t.component_weights.len()
+                    )));
+                }
+                t.component_weights[..=last].to_vec()
+            };
+            if weights.iter().any(|w| !w.is_finite() || *w < 0.0) {
+                return Err(bad(format!(
+                    "component_weights {weights:?} must be finite and ≥ 0"
+                )));
+            }
+            let sum: f64 = weights.iter().sum();
+            if sum <= 0.0 {
+                return Err(bad("component_weights are all 0".into()));
+            }
+            weights.iter_mut().for_each(|w| *w /= sum);
+            let params = target_params(&model, &weights);
+            out.push(Target {
+                spec: t.clone(),
+                last,
+                weights,
+                params,
+                optimizer: optimizer(model.grid())?,
+                steps: 0,
+            });
+        }
+        let session = ComputeSession::new(0, model.spec(), model.grid(), model.maps().clone())?;
+        let dropout = model.grid().seed() as u64;
+        Ok(Trainer {
+            model,
+            session,
+            targets: out,
+            unroll,
+            dropout,
+        })
+    }
+
+    /// The model being trained.
+    pub fn model(&self) -> &MasterModel {
+        &self.model
+    }
+
+    /// The trained model.
+    pub fn into_model(self) -> MasterModel {
+        self.model
+    }
+
+    /// The targets' names, in order.
+    pub fn target_names(&self) -> Vec<String> {
+        self.targets
+            .iter()
+            .map(|t| t.spec.name().to_string())
+            .collect()
+    }
+
+    /// The loss of target `target` on `sentences` and its gradients with respect to the
+    /// target's parameters (names in the same order), as lazy arrays; `dropout_seed` turns
+    /// dropout on.
+    pub fn loss_and_grads(
+        &mut self,
+        target: usize,
+        sentences: &[Sentence],
+        dropout_seed: Option<u64>,
+    ) -> crate::Result<LossAndGrads> {
+        let t = &self.targets[target];
+        let walks = walk_oracle(&self.model, &mut self.session, sentences, t.last)?;
+        let mut seeds = dropout_seed.map(DropoutSeeds::new);
+        let layers = forward(&self.model, &walks, self.unroll, seeds.as_mut())?;
+        let store = self.model.params();
+        let mut loss: Option<Array> = None;
+        let mut costs = Vec::new();
+        for (c, w) in t.weights.iter().enumerate() {
+            if *w == 0.0 {
+                continue;
+            }
+            let Some(logits) = layers[c].get("logits") else {
+                continue;
+            };
+            let k = cost(logits, &walks[c].labels)?;
+            let term = k.cost.try_mul(*w)?;
+            loss = Some(match loss {
+                Some(l) => l.try_add(&term)?,
+                None => term,
+            });
+            costs.push(k);
+        }
+        let mut loss = match loss {
+            Some(l) => l,
+            None => Array::try_zeros(&[], store.dtype())?,
+        };
+        let l2 = self.model.grid().l2_regularization_coefficient();
+        if l2 > 0.0 {
+            for name in &t.params {
+                if store.is_regularized(name) {
+                    let w = store.value(name)?;
+                    loss =
+                        loss.try_add(&w.try_square()?.try_sum(None, false)?.try_mul(0.5 * l2)?)?;
+                }
+            }
+        }
+        let values: Vec<Array> = t
+            .params
+            .iter()
+            .map(|n| store.value(n))
+            .collect::<Result<_, _>>()?;
+        let refs: Vec<&Array> = values.iter().collect();
+        let grads = kiln::grad(&loss, &refs)?;
+        Ok(LossAndGrads {
+            loss,
+            costs,
+            names: t.params.clone(),
+            grads,
+        })
+    }
+
+    /// One training step of target `target` on `sentences`: loss, gradients (clipped per
+    /// tensor when the grid point says so) and the optimizer's update in one kiln
+    /// evaluation.
+    pub fn step(&mut self, target: usize, sentences: &[Sentence]) -> crate::Result<StepStats> {
+        self.dropout = self.dropout.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let keep_all = self.model.grid().dropout_rate() >= 1.0
+            && self.model.grid().recurrent_dropout_rate() >= 1.0;
+        let seed = (!keep_all).then_some(self.dropout);
+        let LossAndGrads {
+            loss,
+            costs,
+            names,
+            mut grads,
+        } = self.loss_and_grads(target, sentences, seed)?;
+        let grid = self.model.grid().clone();
+        let clip = grid.gradient_clip_norm();
+        if clip > 0.0 {
+            for g in &mut grads {
+                let norm = g.try_square()?.try_sum(None, false)?.try_sqrt()?;
+                let scale = norm
+                    .try_maximum(1e-12)?
+                    .try_recip()?
+                    .try_mul(clip)?
+                    .try_minimum(1.0)?;
+                *g = g.try_mul(&scale)?;
+            }
+        }
+        let t = &mut self.targets[target];
+        let decay = if grid.decay_steps() > 0 {
+            let e = t.steps as f64 / grid.decay_steps() as f64;
+            grid.decay_base()
+                .powf(if grid.decay_staircase() { e.floor() } else { e })
+        } else {
+            1.0
+        };
+        t.optimizer.set_learning_rate(grid.learning_rate() * decay);
+        let store = self.model.params();
+        let params: Vec<&Parameter> = names
+            .iter()
+            .map(|n| {
+                store
+                    .parameter(n)
+                    .ok_or_else(|| NetworkError::MissingParameter {
+                        name: n.clone(),
+                        known: String::new(),
+                    })
+            })
+            .collect::<Result<_, _>>()?;
+        let mut extra: Vec<&Array> = vec![&loss];
+        extra.extend(costs.iter().map(|c| &c.correct));
+        t.optimizer
+            .step(&params, &grads, &extra)
+            .map_err(NetworkError::from)?;
+        t.steps += 1;
+        let mut accuracy = Vec::new();
+        let mut k = 0;
+        for (c, w) in t.weights.iter().enumerate() {
+            if *w == 0.0 || self.model.components()[c].unit.num_actions().is_none() {
+                continue;
+            }
+            let correct = costs[k].correct.item::<i64>()?;
+            accuracy.push((
+                self.model.components()[c].name.clone(),
+                correct.max(0) as u64,
+                costs[k].total as u64,
+            ));
+            k += 1;
+        }
+        Ok(StepStats {
+            target: t.spec.name().to_string(),
+            loss: loss.cast(DType::F64).item::<f64>()?,
+            accuracy,
+        })
+    }
+}
+
+/// The parameters a target with these component weights updates: every parameter of a
+/// component whose cost it weighs or whose layers such a component reads (transitively),
+/// except the softmax of components whose cost it does not weigh (unless read as
+/// `logits`).
+fn target_params(model: &MasterModel, weights: &[f64]) -> Vec<String> {
+    let comps = model.components();
+    let mut needed = vec![false; weights.len()];
+    let mut logits_read = vec![false; weights.len()];
+    for c in (0..weights.len()).rev() {
+        if weights[c] > 0.0 && comps[c].unit.num_actions().is_some() {
+            needed[c] = true;
+        }
+        if needed[c] {
+            for l in &comps[c].linked {
+                if l.source < weights.len() {
+                    needed[l.source] = true;
+                    if l.layer == "logits" {
+                        logits_read[l.source] = true;
+                    }
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for p in model.params().parameters() {
+        let name = p.name();
+        let Some((prefix, rest)) = name.split_once('/') else {
+            continue;
+        };
+        let Some(c) = comps.iter().position(|c| c.name == prefix) else {
+            continue;
+        };
+        if c >= weights.len() || !needed[c] {
+            continue;
+        }
+        let softmax = rest == "weights_softmax" || rest == "bias_softmax";
+        if softmax && weights[c] == 0.0 && !logits_read[c] {
+            continue;
+        }
+        out.push(name.to_string());
+    }
+    out
+}
