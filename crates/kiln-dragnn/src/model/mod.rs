@@ -1,6 +1,7 @@
 //! Models: a master spec's components with their embeddings, network units and
-//! parameters ([`MasterModel`], [`ComponentModel`]), trained by oracle ([`train`]) and run
-//! for inference ([`infer`]), saved and loaded as a directory.
+//! parameters ([`MasterModel`], [`ComponentModel`]), trained by oracle ([`train`]; a whole
+//! run with schedule, dev evaluation and best checkpoint in [`run`]) and run for inference
+//! ([`infer`]), saved and loaded as a directory.
 //!
 //! A component's input is, as in DRAGNN's `get_input_tensor`, its fixed channels in spec
 //! order (each `[rows, size * dim]`) then its linked channels in spec order, concatenated.
@@ -17,6 +18,7 @@
 //! [`crate::features`] and [`crate::transition`].
 
 pub mod infer;
+pub mod run;
 pub mod train;
 
 use std::path::Path;
@@ -228,6 +230,17 @@ impl ComponentModel {
             }
         }
         self.unit.create_params(store, &self.name)
+    }
+
+    /// The widths of the input's parts (fixed channels then linked channels, in spec
+    /// order), which sum to the input width.
+    pub fn part_widths(&self) -> Vec<usize> {
+        let fixed = self.fixed.iter().map(|f| f.size * f.dim.unwrap_or(1));
+        let linked = self
+            .linked
+            .iter()
+            .map(|l| l.size * l.dim.unwrap_or(l.source_dim));
+        fixed.chain(linked).collect()
     }
 
     /// Whether any linked channel reads this component itself.

@@ -221,10 +221,77 @@ fn component_forward(
             }
         }
     }
+    // A feed-forward unit's first product splits over the input's columns: the columns
+    // embedded in bulk are multiplied for every step at once; only the recurrent links'
+    // columns are multiplied step by step.
+    let split = if bulk && comp.unit.splits_first_layer() {
+        let w0 = store.value(&format!("{}/weights_0", comp.name))?;
+        let mut bulk_x = Vec::new();
+        let mut bulk_w = Vec::new();
+        let mut rec_w = Vec::new();
+        let mut offset = 0usize;
+        for (i, width) in comp.part_widths().into_iter().enumerate() {
+            let w = w0.try_slice(kiln::s![offset..offset + width])?;
+            match bulk_parts.get(i) {
+                Some(Some(a)) => {
+                    bulk_x.push(a.clone());
+                    bulk_w.push(w);
+                }
+                _ => rec_w.push(w),
+            }
+            offset += width;
+        }
+        let x: Vec<&Array> = bulk_x.iter().collect();
+        let x = comp.unit.project_input(
+            store,
+            &comp.name,
+            &Array::try_concat(&x, 1)?,
+            dropout.as_deref_mut(),
+        )?;
+        let w: Vec<&Array> = bulk_w.iter().collect();
+        let pre = x.try_matmul(&Array::try_concat(&w, 0)?)?;
+        let w: Vec<&Array> = rec_w.iter().collect();
+        Some((pre, Array::try_concat(&w, 0)?))
+    } else {
+        None
+    };
     let mut state: Option<LstmState> = comp.unit.initial_state(stride, dtype)?;
     let mut history: Vec<Layers> = Vec::with_capacity(steps);
     for t in 0..steps {
         let slice = |a: &Array| a.try_slice(kiln::s![t * stride..(t + 1) * stride]);
+        if let Some((pre, rec_w)) = &split {
+            let mut rec = Vec::new();
+            for (i, b) in walk.linked.iter().enumerate() {
+                let l = &comp.linked[i];
+                if !l.recurrent {
+                    continue;
+                }
+                let own: Vec<&Array> = history.iter().filter_map(|h| h.get(&l.layer)).collect();
+                let table = if own.is_empty() {
+                    empty_table(l.source_dim, dtype)?
+                } else {
+                    Array::try_concat(&own, 0)?
+                };
+                let (g, oob) = gather_links(&table, &b.rows_range(t * stride, stride))?;
+                rec.push(comp.embed_linked(store, i, &g, &oob, stride)?);
+            }
+            let rec: Vec<&Array> = rec.iter().collect();
+            let x = comp.unit.project_input(
+                store,
+                &comp.name,
+                &Array::try_concat(&rec, 1)?,
+                dropout.as_deref_mut(),
+            )?;
+            let xw0 = slice(pre)?.try_add(&x.try_matmul(rec_w)?)?;
+            let layers = comp.unit.forward_from_first_matmul(
+                store,
+                &comp.name,
+                &xw0,
+                dropout.as_deref_mut(),
+            )?;
+            history.push(layers);
+            continue;
+        }
         let mut parts = Vec::new();
         for (i, b) in walk.fixed.iter().enumerate() {
             parts.push(match bulk_parts.get(i) {

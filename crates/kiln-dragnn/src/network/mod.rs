@@ -89,10 +89,22 @@ pub enum NetworkError {
     },
     /// A kiln operation failed.
     #[error(transparent)]
-    Kiln(#[from] kiln::Error),
+    Kiln(Box<kiln::Error>),
     /// Saving, loading or an optimizer step failed.
     #[error(transparent)]
-    Optim(#[from] kiln_optim::Error),
+    Optim(Box<kiln_optim::Error>),
+}
+
+impl From<kiln::Error> for NetworkError {
+    fn from(e: kiln::Error) -> NetworkError {
+        NetworkError::Kiln(Box::new(e))
+    }
+}
+
+impl From<kiln_optim::Error> for NetworkError {
+    fn from(e: kiln_optim::Error) -> NetworkError {
+        NetworkError::Optim(Box::new(e))
+    }
 }
 
 /// `reshape` with `usize` dimensions (sizes here come from arrays that exist, so they fit

@@ -766,28 +766,16 @@ impl NetworkUnit {
                         &v("layer_norm_input/beta")?,
                     )?;
                 }
-                for i in 0..f.hidden.len() {
-                    if i > 0 && f.dropout_all_layers {
-                        if let Some(d) = dropout.as_deref_mut() {
-                            x = d.apply(&x, f.keep)?;
-                        }
-                    }
-                    let w = v(&format!("weights_{i}"))?;
-                    let pre = if i == 0 && f.layer_norm_hidden {
-                        layer_norm(
-                            &x.try_matmul(&w)?,
-                            &v("layer_norm_0/gamma")?,
-                            &v("layer_norm_0/beta")?,
-                        )?
-                    } else {
-                        affine(&x, &w, Some(&v(&format!("bias_{i}"))?))?
-                    };
-                    x = f.nonlinearity.apply(&pre)?;
-                    layers.push(&format!("layer_{i}"), x.clone());
+                if f.hidden.is_empty() {
+                    layers.push("last_layer", x.clone());
+                    logits(&mut layers, &x, f.num_actions)?;
+                    return Ok((layers, None));
                 }
-                layers.push("last_layer", x.clone());
-                logits(&mut layers, &x, f.num_actions)?;
-                Ok((layers, None))
+                let xw0 = x.try_matmul(&v("weights_0")?)?;
+                Ok((
+                    self.forward_from_first_matmul(store, prefix, &xw0, dropout)?,
+                    None,
+                ))
             }
             NetworkUnit::Lstm(l) => {
                 let h = l.hidden;
@@ -858,6 +846,85 @@ impl NetworkUnit {
                 Ok((layers, Some(LstmState { h: h_new, c })))
             }
         }
+    }
+
+    /// Whether the unit is a FeedForwardNetwork whose first layer's product `x · W0` can be
+    /// split over the input's columns (it has hidden layers and no input layer norm): then
+    /// the columns that do not depend on earlier steps can be multiplied for every step at
+    /// once, and only the recurrent ones step by step
+    /// ([`NetworkUnit::forward_from_first_matmul`]).
+    ///
+    /// ```
+    /// assert!(!kiln_dragnn::network::NetworkUnit::Identity { input_dim: 1 }.splits_first_layer());
+    /// ```
+    pub fn splits_first_layer(&self) -> bool {
+        matches!(self, NetworkUnit::FeedForward(f) if !f.hidden.is_empty() && !f.layer_norm_input)
+    }
+
+    /// A FeedForwardNetwork's layers from its first layer's product `xw0 = x · W0` (before
+    /// the bias or layer norm); see [`NetworkUnit::splits_first_layer`].
+    /// Other units are an error.
+    ///
+    /// ```
+    /// use kiln_dragnn::network::{FeedForward, NetworkUnit, Nonlinearity, ParamStore};
+    /// let unit = NetworkUnit::FeedForward(FeedForward {
+    ///     input_dim: 2, hidden: vec![3], num_actions: Some(2), layer_norm_input: false,
+    ///     layer_norm_hidden: false, nonlinearity: Nonlinearity::Relu, keep: 1.0, dropout_all_layers: false,
+    /// });
+    /// let mut store = ParamStore::new(0, kiln::DType::F64);
+    /// unit.create_params(&mut store, "f")?;
+    /// let x = kiln::Array::ones(&[4, 2], kiln::DType::F64);
+    /// let (whole, _) = unit.forward(&store, "f", &x, None, None)?;
+    /// let xw0 = x.matmul(&store.value("f/weights_0")?);
+    /// let split = unit.forward_from_first_matmul(&store, "f", &xw0, None)?;
+    /// assert_eq!(whole.get("logits").unwrap().to_vec::<f64>()?, split.get("logits").unwrap().to_vec::<f64>()?);
+    /// # Ok::<(), kiln_dragnn::Error>(())
+    /// ```
+    pub fn forward_from_first_matmul(
+        &self,
+        store: &ParamStore,
+        prefix: &str,
+        xw0: &Array,
+        mut dropout: Option<&mut DropoutSeeds>,
+    ) -> Result<Layers, NetworkError> {
+        let NetworkUnit::FeedForward(f) = self else {
+            return Err(NetworkError::BadUnit {
+                component: prefix.to_string(),
+                unit: "FeedForwardNetwork".into(),
+                message: "forward_from_first_matmul needs a FeedForwardNetwork".into(),
+            });
+        };
+        let v = |s: &str| store.value(&format!("{prefix}/{s}"));
+        let mut layers = Layers::default();
+        let mut x = xw0.clone();
+        for i in 0..f.hidden.len() {
+            let pre = if i == 0 {
+                if f.layer_norm_hidden {
+                    layer_norm(xw0, &v("layer_norm_0/gamma")?, &v("layer_norm_0/beta")?)?
+                } else {
+                    xw0.try_add(&v("bias_0")?)?
+                }
+            } else {
+                if f.dropout_all_layers {
+                    if let Some(d) = dropout.as_deref_mut() {
+                        x = d.apply(&x, f.keep)?;
+                    }
+                }
+                affine(
+                    &x,
+                    &v(&format!("weights_{i}"))?,
+                    Some(&v(&format!("bias_{i}"))?),
+                )?
+            };
+            x = f.nonlinearity.apply(&pre)?;
+            layers.push(&format!("layer_{i}"), x.clone());
+        }
+        layers.push("last_layer", x.clone());
+        if f.num_actions.is_some() {
+            let l = affine(&x, &v("weights_softmax")?, Some(&v("bias_softmax")?))?;
+            layers.push("logits", l);
+        }
+        Ok(layers)
     }
 
     /// The parameters of the unit under `prefix` that the L2 regulariser covers.
