@@ -29,6 +29,7 @@ use crate::component::FixedFeatureOutput;
 use crate::document::{write_conllu, Sentence};
 use crate::network::{
     floats, gather_links, DropoutSeeds, FixedBatch, Layers, LinkBatch, LstmState, NetworkError,
+    ReshapeTo,
 };
 use crate::session::ComputeSession;
 use crate::spec::{GridPoint, TrainTarget};
@@ -171,6 +172,117 @@ fn concat_steps(steps: &[Layers]) -> Result<Layers, NetworkError> {
     Ok(out)
 }
 
+/// What a recurrent linked channel reads in the bulk path: a `[steps * stride, width]`
+/// table of the component's own activations, written a step at a time with one `where`
+/// (a growing concatenation would cost one gradient node per earlier step, so a number of
+/// nodes quadratic in the steps), holding the source layer already times the channel's
+/// projection when it has one (gathering and projecting commute).
+struct RecurrentTable {
+    /// The channel.
+    channel: usize,
+    /// `[steps * stride, width]`.
+    table: Array,
+    steps: usize,
+    stride: usize,
+    /// The projection's source rows `[source_dim, dim]` and its out-of-range row `[1, dim]`.
+    projection: Option<(Array, Array)>,
+}
+
+impl RecurrentTable {
+    fn new(
+        comp: &ComponentModel,
+        store: &crate::network::ParamStore,
+        channel: usize,
+        steps: usize,
+        stride: usize,
+    ) -> Result<RecurrentTable, NetworkError> {
+        let l = &comp.linked[channel];
+        let projection = match l.dim {
+            Some(_) => {
+                let p = store.value(&format!("{}/linked_embedding_matrix_{channel}", comp.name))?;
+                let d = l.source_dim;
+                Some((
+                    p.try_slice(kiln::s![0..d])?,
+                    p.try_slice(kiln::s![d..d + 1])?,
+                ))
+            }
+            None => None,
+        };
+        let width = l.dim.unwrap_or(l.source_dim);
+        Ok(RecurrentTable {
+            channel,
+            table: Array::try_zeros(&[steps * stride, width], store.dtype())?,
+            steps,
+            stride,
+            projection,
+        })
+    }
+
+    /// The channel's embedding for `batch` (one step's rows), `[rows, size * width]`.
+    fn embed(&self, batch: &LinkBatch) -> Result<Array, NetworkError> {
+        let dtype = self.table.dtype();
+        let n = batch.source_rows.len();
+        let idx: Vec<i64> = batch
+            .source_rows
+            .iter()
+            .map(|r| r.map_or(0, |r| r as i64))
+            .collect();
+        let oob: Vec<f32> = batch
+            .source_rows
+            .iter()
+            .map(|r| if r.is_some() { 0.0 } else { 1.0 })
+            .collect();
+        let oob = floats(oob, &[n, 1], dtype)?;
+        let keep = oob.try_sub(1.0)?.try_neg()?;
+        let mut g = self
+            .table
+            .try_take(&Array::from_vec(idx, &[n])?, 0)?
+            .try_mul(&keep)?;
+        if let Some((_, out_of_range)) = &self.projection {
+            g = g.try_add(&oob.try_matmul(out_of_range)?)?;
+        }
+        let width = g.shape()[1];
+        Ok(g.reshape_to(&[batch.rows, batch.size * width])?)
+    }
+
+    /// Writes step `t`'s source layer (`[stride, source_dim]`).
+    fn write(&mut self, t: usize, layer: &Array) -> Result<(), NetworkError> {
+        let q = match &self.projection {
+            Some((p, _)) => layer.try_matmul(p)?,
+            None => layer.clone(),
+        };
+        let width = q.shape()[1];
+        let rows = self.steps * self.stride;
+        let spread = q
+            .reshape_to(&[1, self.stride, width])?
+            .try_broadcast_to(&[self.steps, self.stride, width])?
+            .reshape_to(&[rows, width])?;
+        let mask: Vec<bool> = (0..rows).map(|r| r / self.stride == t).collect();
+        let mask = Array::from_vec(mask, &[rows, 1])?;
+        self.table = kiln::where_(&mask, &spread, &self.table)?;
+        Ok(())
+    }
+}
+
+/// Writes step `t`'s layers into the recurrent tables that read them.
+fn write_recurrent(
+    comp: &ComponentModel,
+    tables: &mut [RecurrentTable],
+    t: usize,
+    layers: &Layers,
+) -> Result<(), NetworkError> {
+    for r in tables {
+        let l = &comp.linked[r.channel];
+        let layer = layers.get(&l.layer).ok_or_else(|| NetworkError::BadUnit {
+            component: comp.name.clone(),
+            unit: "linked feature".into(),
+            message: format!("the unit has no layer '{}'", l.layer),
+        })?;
+        r.write(t, layer)?;
+    }
+    Ok(())
+}
+
 /// The layers of one component over all steps of its walk, in the bulk layout.
 fn component_forward(
     model: &MasterModel,
@@ -255,25 +367,22 @@ fn component_forward(
     } else {
         None
     };
+    let mut recurrent: Vec<RecurrentTable> = Vec::new();
+    if bulk {
+        for (i, l) in comp.linked.iter().enumerate() {
+            if l.recurrent {
+                recurrent.push(RecurrentTable::new(comp, store, i, steps, stride)?);
+            }
+        }
+    }
     let mut state: Option<LstmState> = comp.unit.initial_state(stride, dtype)?;
     let mut history: Vec<Layers> = Vec::with_capacity(steps);
     for t in 0..steps {
         let slice = |a: &Array| a.try_slice(kiln::s![t * stride..(t + 1) * stride]);
         if let Some((pre, rec_w)) = &split {
             let mut rec = Vec::new();
-            for (i, b) in walk.linked.iter().enumerate() {
-                let l = &comp.linked[i];
-                if !l.recurrent {
-                    continue;
-                }
-                let own: Vec<&Array> = history.iter().filter_map(|h| h.get(&l.layer)).collect();
-                let table = if own.is_empty() {
-                    empty_table(l.source_dim, dtype)?
-                } else {
-                    Array::try_concat(&own, 0)?
-                };
-                let (g, oob) = gather_links(&table, &b.rows_range(t * stride, stride))?;
-                rec.push(comp.embed_linked(store, i, &g, &oob, stride)?);
+            for r in &recurrent {
+                rec.push(r.embed(&walk.linked[r.channel].rows_range(t * stride, stride))?);
             }
             let rec: Vec<&Array> = rec.iter().collect();
             let x = comp.unit.project_input(
@@ -289,6 +398,7 @@ fn component_forward(
                 &xw0,
                 dropout.as_deref_mut(),
             )?;
+            write_recurrent(comp, &mut recurrent, t, &layers)?;
             history.push(layers);
             continue;
         }
@@ -306,6 +416,10 @@ fn component_forward(
                 continue;
             }
             let rows_t = b.rows_range(t * stride, stride);
+            if let Some(r) = recurrent.iter().find(|r| r.channel == i) {
+                parts.push(r.embed(&rows_t)?);
+                continue;
+            }
             let (g, oob) = if l.recurrent {
                 let own: Vec<&Array> = history.iter().filter_map(|h| h.get(&l.layer)).collect();
                 let table = if own.is_empty() {
@@ -321,6 +435,7 @@ fn component_forward(
         }
         let (layers, next) = comp.run(store, &parts, state.as_ref(), dropout.as_deref_mut())?;
         state = next;
+        write_recurrent(comp, &mut recurrent, t, &layers)?;
         history.push(layers);
     }
     if history.is_empty() {
