@@ -11,8 +11,8 @@
 //! with std `1/sqrt(dim)`.
 //!
 //! A model directory holds `master_spec.textproto`, `grid_point.textproto`,
-//! `params.safetensors` and the term maps (`word-map`, `tag-map`, `label-map`,
-//! `char-map`).
+//! `params.safetensors`, the term maps (`word-map`, `tag-map`, `label-map`, `char-map`)
+//! and `model.json` (the parameters' dtype and the tag column the maps were built from).
 //!
 //! Depends on [`crate::network`], [`crate::spec`], [`crate::term_map`],
 //! [`crate::features`] and [`crate::transition`].
@@ -32,7 +32,7 @@ use crate::network::{
     NetworkUnit, ParamStore,
 };
 use crate::spec::{ComponentSpec, GridPoint, MasterSpec};
-use crate::term_map::{TermMapOptions, TermMaps};
+use crate::term_map::{TagColumn, TermMapOptions, TermMaps};
 use crate::transition::create;
 
 /// A fixed channel's shape.
@@ -390,6 +390,15 @@ impl MasterModel {
             .save(dir)
             .map_err(crate::transition::TransitionError::from)?;
         self.params.save(dir.join("params.safetensors"))?;
+        let manifest = Manifest {
+            dtype: dtype_name(self.params.dtype()).to_string(),
+            tag_column: match self.maps.tag_column {
+                TagColumn::Upos => "upos".into(),
+                TagColumn::Xpos => "xpos".into(),
+            },
+        };
+        let json = serde_json::to_string_pretty(&manifest).unwrap_or_default();
+        write(&dir.join("model.json"), &format!("{json}\n"))?;
         Ok(())
     }
 
@@ -400,11 +409,68 @@ impl MasterModel {
         let grid_text = std::fs::read_to_string(dir.join("grid_point.textproto"))
             .map_err(|e| io_error(&dir.join("grid_point.textproto"), e))?;
         let grid = GridPoint::from_text(&grid_text)?;
-        let maps = TermMaps::load(dir, &TermMapOptions::default())
-            .map_err(crate::transition::TransitionError::from)?;
-        let mut model = MasterModel::new(spec, grid, Arc::new(maps), DType::F32)?;
+        let manifest_path = dir.join("model.json");
+        let manifest: Manifest = match std::fs::read_to_string(&manifest_path) {
+            Ok(text) => serde_json::from_str(&text).map_err(|e| {
+                crate::Error::from(NetworkError::Io {
+                    path: manifest_path.display().to_string(),
+                    message: e.to_string(),
+                })
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Manifest::default(),
+            Err(e) => return Err(io_error(&manifest_path, e)),
+        };
+        let bad = |what: &str, value: &str| {
+            crate::Error::from(NetworkError::Io {
+                path: manifest_path.display().to_string(),
+                message: format!("{what} {value:?} is not one of the known values"),
+            })
+        };
+        let dtype = match manifest.dtype.as_str() {
+            "f32" => DType::F32,
+            "f64" => DType::F64,
+            other => return Err(bad("dtype", other)),
+        };
+        let tag_column = match manifest.tag_column.as_str() {
+            "upos" => TagColumn::Upos,
+            "xpos" => TagColumn::Xpos,
+            other => return Err(bad("tag_column", other)),
+        };
+        let options = TermMapOptions {
+            tag_column,
+            ..TermMapOptions::default()
+        };
+        let maps =
+            TermMaps::load(dir, &options).map_err(crate::transition::TransitionError::from)?;
+        let mut model = MasterModel::new(spec, grid, Arc::new(maps), dtype)?;
         model.params.load(dir.join("params.safetensors"))?;
         Ok(model)
+    }
+}
+
+/// `model.json`: what the other files of a model directory do not say.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Manifest {
+    /// `f32` or `f64`.
+    dtype: String,
+    /// `upos` or `xpos`.
+    tag_column: String,
+}
+
+impl Default for Manifest {
+    fn default() -> Manifest {
+        Manifest {
+            dtype: "f32".into(),
+            tag_column: "upos".into(),
+        }
+    }
+}
+
+fn dtype_name(d: DType) -> &'static str {
+    if d == DType::F64 {
+        "f64"
+    } else {
+        "f32"
     }
 }
 

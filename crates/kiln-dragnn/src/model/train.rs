@@ -748,9 +748,8 @@ impl Trainer {
     /// evaluation.
     pub fn step(&mut self, target: usize, sentences: &[Sentence]) -> crate::Result<StepStats> {
         self.dropout = self.dropout.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let keep_all = self.model.grid().dropout_rate() >= 1.0
-            && self.model.grid().recurrent_dropout_rate() >= 1.0;
-        let seed = (!keep_all).then_some(self.dropout);
+        // Always seeded: a unit whose keep probability is 1 adds no dropout node.
+        let seed = Some(self.dropout);
         let LossAndGrads {
             loss,
             costs,

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""kiln-parse against UDPipe 1 on the Turkish treebank split (benches/dragnn/run.py).
+
+Writes the split (train/dev/test, each file split with i % 10: 9 test, 8 dev, else train,
+as kiln_dragnn::document::split does) and the parse input (test with UPOS, XPOS, FEATS,
+HEAD and DEPREL blanked to `_`) under the work directory; trains UDPipe once with its
+default tagger and parser options (no tokenizer: both tools get gold tokenization) and
+caches the model there; then, in one run, times UDPipe (ufal.udpipe, one thread) and the
+`dragnn` bench binary (kiln-parse's code path) on the same input, and prints one JSON
+object per measurement.
+
+Usage: python3 benches/dragnn/run.py --model DIR [--work DIR] [--repeats 5]
+Needs `pip install ufal.udpipe` (the script says so when it is missing).
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def read_sentences(path):
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    return [s for s in text.split("\n\n") if s.strip()]
+
+
+def write_split(treebank, work):
+    parts = {"train": [], "dev": [], "test": []}
+    for name in ["web.conllu", "wiki.conllu"]:
+        for i, s in enumerate(read_sentences(os.path.join(treebank, name))):
+            part = "test" if i % 10 == 9 else "dev" if i % 10 == 8 else "train"
+            parts[part].append(s)
+    for part, sentences in parts.items():
+        with open(os.path.join(work, f"{part}.conllu"), "w", encoding="utf-8") as f:
+            f.write("\n\n".join(sentences) + "\n\n")
+    blank = []
+    for s in parts["test"]:
+        rows = []
+        for line in s.split("\n"):
+            cols = line.split("\t")
+            if len(cols) == 10 and not line.startswith("#"):
+                for c in (3, 4, 5, 6, 7):
+                    cols[c] = "_"
+                line = "\t".join(cols)
+            rows.append(line)
+        blank.append("\n".join(rows))
+    with open(os.path.join(work, "test.input.conllu"), "w", encoding="utf-8") as f:
+        f.write("\n\n".join(blank) + "\n\n")
+    return {k: len(v) for k, v in parts.items()}
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def load_sentences(udpipe, path):
+    fmt = udpipe.InputFormat.newConlluInputFormat()
+    fmt.setText(open(path, encoding="utf-8").read())
+    out = udpipe.Sentences()
+    s = udpipe.Sentence()
+    err = udpipe.ProcessingError()
+    while fmt.nextSentence(s, err):
+        out.push_back(s)
+        s = udpipe.Sentence()
+    if err.occurred():
+        sys.exit(f"{path}: {err.message}")
+    return out
+
+
+def udpipe_model(work):
+    try:
+        from ufal import udpipe
+    except ImportError:
+        sys.exit("ufal.udpipe is missing: pip install ufal.udpipe")
+    path = os.path.join(work, "turkish.udpipe")
+    if not os.path.exists(path):
+        t = time.time()
+        train = load_sentences(udpipe, os.path.join(work, "train.conllu"))
+        dev = load_sentences(udpipe, os.path.join(work, "dev.conllu"))
+        err = udpipe.ProcessingError()
+        model = udpipe.Trainer.train("morphodita_parsito", train, dev, "none", "", "", err)
+        if err.occurred():
+            sys.exit(f"udpipe training failed: {err.message}")
+        with open(path, "wb") as f:
+            f.write(model.encode("latin-1") if isinstance(model, str) else model)
+        print(json.dumps({"event": "udpipe_trained", "seconds": time.time() - t}), flush=True)
+    return udpipe.Model.load(path), udpipe
+
+
+def time_udpipe(work, repeats):
+    model, udpipe = udpipe_model(work)
+    text = open(os.path.join(work, "test.input.conllu"), encoding="utf-8").read()
+    n = len(read_sentences(os.path.join(work, "test.input.conllu")))
+    times = {}
+    for what, tagger, parser in [("tag+parse", "", ""), ("tag", "", "none")]:
+        runs = []
+        for _ in range(repeats):
+            pipe = udpipe.Pipeline(model, "conllu", tagger, parser, "conllu")
+            err = udpipe.ProcessingError()
+            t = time.perf_counter()
+            out = pipe.process(text, err)
+            runs.append(time.perf_counter() - t)
+            if err.occurred():
+                sys.exit(f"udpipe failed: {err.message}")
+        times[what] = runs
+        if what == "tag+parse":
+            with open(os.path.join(work, "test.udpipe.conllu"), "w", encoding="utf-8") as f:
+                f.write(out)
+    for what, runs in times.items():
+        med = statistics.median(runs)
+        print(json.dumps({"tool": "udpipe", "what": what, "threads": 1, "sentences": n,
+                          "median_s": med, "sentences_per_s": n / med,
+                          "runs_s": runs, "cpu": cpu_model()}), flush=True)
+    return n / statistics.median(times["tag+parse"])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True, help="kiln-dragnn model directory")
+    ap.add_argument("--work", default=os.path.join(ROOT, "target", "dragnn-bench"))
+    ap.add_argument("--treebank", default=os.path.join(ROOT, "data", "turkish-treebanks"))
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--skip-udpipe", action="store_true")
+    args = ap.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    counts = write_split(args.treebank, args.work)
+    print(json.dumps({"event": "split", **counts}), flush=True)
+    ud = None if args.skip_udpipe else time_udpipe(args.work, args.repeats)
+    cmd = ["cargo", "run", "--release", "-q", "-p", "kiln-benches", "--bin", "dragnn", "--",
+           "--model", args.model, "--input", os.path.join(args.work, "test.input.conllu"),
+           "--gold", os.path.join(args.work, "test.conllu"), "--repeats", str(args.repeats)]
+    out = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        rec = json.loads(line)
+        if ud and "sentences_per_s" in rec:
+            rec["vs_udpipe"] = rec["sentences_per_s"] / ud
+        print(json.dumps(rec), flush=True)
+
+
+if __name__ == "__main__":
+    main()

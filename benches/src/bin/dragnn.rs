@@ -1,0 +1,138 @@
+//! kiln-parse's speed and accuracy (issue 29's benchmark): a trained kiln-dragnn model tags
+//! and parses a CoNLL-U file (by default the Turkish test part with the predicted columns
+//! blanked, as `benches/dragnn/run.py` writes it) with beam 1 and 8 on 1 and 2 threads.
+//!
+//! For each setting the file is parsed `--repeats` times after one warm-up parse (which
+//! compiles each component's step once); it prints one JSON line per setting with the CPU
+//! model, the median seconds, sentences and words per second, the compiles of the warm-up
+//! and of the timed runs per 1,000 sentences, and the UPOS, UAS and LAS against `--gold`.
+//! Reading the model and the input is not timed; `parse` (batching, features, kiln
+//! evaluation, beams, finalizing, CoNLL-U out through the session) is.
+//!
+//! Usage: `cargo run --release -p kiln-benches --bin dragnn -- --model DIR --input IN --gold GOLD`
+//! (`benches/dragnn/run.py` runs it beside UDPipe).
+//!
+//! Depends on kiln-dragnn's public API, `clap`, `serde` and `serde_json`.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::Parser;
+use kiln_dragnn::document::read_conllu_file;
+use kiln_dragnn::model::infer::{parse, InferOptions};
+use kiln_dragnn::model::MasterModel;
+use kiln_dragnn::scorer::score;
+use serde::Serialize;
+
+/// The command line.
+#[derive(Parser, Debug)]
+#[command(
+    name = "dragnn",
+    version,
+    about = "Times kiln-dragnn parsing; one JSON line per setting."
+)]
+struct Cli {
+    /// The model directory.
+    #[arg(long)]
+    model: PathBuf,
+    /// The input CoNLL-U.
+    #[arg(long)]
+    input: PathBuf,
+    /// The gold CoNLL-U (same sentences) for accuracy.
+    #[arg(long)]
+    gold: Option<PathBuf>,
+    /// Timed parses per setting.
+    #[arg(long, default_value_t = 5)]
+    repeats: usize,
+    /// Beam sizes to run.
+    #[arg(long, value_delimiter = ',', default_value = "1,8")]
+    beams: Vec<usize>,
+    /// Thread counts to run.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    threads: Vec<usize>,
+}
+
+#[derive(Serialize)]
+struct Record {
+    tool: &'static str,
+    cpu: String,
+    beam: usize,
+    threads: usize,
+    sentences: usize,
+    words: usize,
+    median_s: f64,
+    runs_s: Vec<f64>,
+    sentences_per_s: f64,
+    words_per_s: f64,
+    warmup_compiles_per_1000: f64,
+    timed_compiles_per_1000: f64,
+    upos: Option<f64>,
+    uas: Option<f64>,
+    las: Option<f64>,
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let cli = Cli::parse();
+    let model = MasterModel::load(&cli.model)?;
+    let input = read_conllu_file(&cli.input)?;
+    let gold = cli.gold.as_ref().map(read_conllu_file).transpose()?;
+    let words: usize = input.iter().map(|s| s.len()).sum();
+    let n = input.len().max(1) as f64;
+    for &beam in &cli.beams {
+        for &threads in &cli.threads {
+            let options = InferOptions {
+                beam: Some(beam),
+                threads,
+                ..InferOptions::default()
+            };
+            let before = kiln::cache_stats().misses;
+            let out = parse(&model, &input, &options)?;
+            let warm = kiln::cache_stats().misses;
+            let mut runs = Vec::new();
+            for _ in 0..cli.repeats.max(1) {
+                let t = Instant::now();
+                let again = parse(&model, &input, &options)?;
+                runs.push(t.elapsed().as_secs_f64());
+                std::hint::black_box(again);
+            }
+            let timed = kiln::cache_stats().misses;
+            let mut sorted = runs.clone();
+            sorted.sort_by(f64::total_cmp);
+            let median = sorted[sorted.len() / 2];
+            let s = gold.as_ref().map(|g| score(g, &out)).transpose()?;
+            let rec = Record {
+                tool: "kiln-dragnn",
+                cpu: cpu_model(),
+                beam,
+                threads,
+                sentences: input.len(),
+                words,
+                median_s: median,
+                runs_s: runs,
+                sentences_per_s: input.len() as f64 / median,
+                words_per_s: words as f64 / median,
+                warmup_compiles_per_1000: (warm - before) as f64 * 1000.0 / n,
+                timed_compiles_per_1000: (timed - warm) as f64 * 1000.0
+                    / n
+                    / cli.repeats.max(1) as f64,
+                upos: s.map(|s| s.all.upos_pct()),
+                uas: s.map(|s| s.all.uas_pct()),
+                las: s.map(|s| s.all.las_pct()),
+            };
+            println!("{}", serde_json::to_string(&rec)?);
+        }
+    }
+    Ok(())
+}
