@@ -481,9 +481,9 @@ pub struct TermMapOptions {
 ///
 /// ```
 /// use kiln_dragnn::term_map::MAP_FILES;
-/// assert_eq!(MAP_FILES, ["word-map", "tag-map", "label-map", "char-map"]);
+/// assert_eq!(MAP_FILES, ["word-map", "tag-map", "label-map", "char-map", "lemma-map"]);
 /// ```
-pub const MAP_FILES: [&str; 4] = ["word-map", "tag-map", "label-map", "char-map"];
+pub const MAP_FILES: [&str; 5] = ["word-map", "tag-map", "label-map", "char-map", "lemma-map"];
 
 /// The four vocabularies of a parser, built from training sentences.
 ///
@@ -508,6 +508,9 @@ pub struct TermMaps {
     pub labels: TermMap,
     /// The characters of the word forms.
     pub chars: TermMap,
+    /// Lemmas (LEMMA, `_` included: in treebanks that split words into parts, the parts
+    /// after the first have it).
+    pub lemmas: TermMap,
     /// Where the tags come from.
     pub tag_column: TagColumn,
 }
@@ -526,7 +529,8 @@ impl TermMaps {
         sentences: impl IntoIterator<Item = &'a Sentence>,
         options: &TermMapOptions,
     ) -> TermMaps {
-        let (mut words, mut tags, mut labels, mut chars) = (
+        let (mut words, mut tags, mut labels, mut chars, mut lemmas) = (
+            TermCounter::new(),
             TermCounter::new(),
             TermCounter::new(),
             TermCounter::new(),
@@ -549,6 +553,10 @@ impl TermMaps {
                 if label != "_" {
                     labels.add(label);
                 }
+                let lemma = row.field(Column::Lemma);
+                if !lemma.is_empty() {
+                    lemmas.add(lemma);
+                }
             }
         }
         let (m, k) = (options.min_frequency, options.max_terms);
@@ -557,6 +565,7 @@ impl TermMaps {
             tags: tags.into_map(m, k),
             labels: labels.into_map(m, k),
             chars: chars.into_map(m, k),
+            lemmas: lemmas.into_map(m, k),
             tag_column: options.tag_column,
         }
     }
@@ -572,7 +581,7 @@ impl TermMaps {
         sentence.field(i, self.tag_column.column())
     }
 
-    /// Saves the maps as `word-map`, `tag-map`, `label-map` and `char-map` in `dir`
+    /// Saves the maps as `word-map`, `tag-map`, `label-map`, `char-map` and `lemma-map` in `dir`
     /// (created if missing).
     ///
     /// ```
@@ -596,7 +605,7 @@ impl TermMaps {
         Ok(())
     }
 
-    /// Loads the four maps from `dir` (see [`TermMaps::save`]) with the options' cut and
+    /// Loads the five maps from `dir` (see [`TermMaps::save`]) with the options' cut and
     /// tag column.
     ///
     /// ```
@@ -612,11 +621,18 @@ impl TermMaps {
             tags: load(MAP_FILES[1])?,
             labels: load(MAP_FILES[2])?,
             chars: load(MAP_FILES[3])?,
+            lemmas: load(MAP_FILES[4])?,
             tag_column: options.tag_column,
         })
     }
 
-    fn maps(&self) -> [&TermMap; 4] {
-        [&self.words, &self.tags, &self.labels, &self.chars]
+    fn maps(&self) -> [&TermMap; 5] {
+        [
+            &self.words,
+            &self.tags,
+            &self.labels,
+            &self.chars,
+            &self.lemmas,
+        ]
     }
 }

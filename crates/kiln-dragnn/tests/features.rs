@@ -745,9 +745,9 @@ fn unknown_features_bad_arguments_and_unsupported() {
     assert_eq!(
         e.to_string(),
         "channel hostile: feature template 'stack.wrod': unknown feature `wrod` here (expected \
-         word, known-word, char, tag, pred-tag, label, digit, hyphen, capitalization, \
-         punctuation-amount, quote, prefix, suffix, focus, gold-head, token, or a hop head, \
-         child, sibling)"
+         word, known-word, lemma, char, tag, pred-tag, label, digit, hyphen, capitalization, \
+         punctuation-amount, quote, space-after, prefix, suffix, focus, gold-head, token, or a \
+         hop head, child, sibling)"
     );
 }
 
@@ -887,4 +887,45 @@ proptest! {
         }
         let _ = link_channel(&link_spec("p", &fml));
     }
+}
+
+/// kiln-dragnn's own `lemma` and `space-after`: lemma ids from the lemma map (`_` is a
+/// term), the unknown id for an unseen lemma, `<OUTSIDE>`/`<ROOT>` after the base values,
+/// and `space-after` 0 exactly where MISC says `SpaceAfter=No`.
+#[test]
+fn lemma_and_space_after() {
+    let train = read_conllu(
+        "1\tAçık\taçık\tNOUN\t_\t_\t2\tig\t_\tSpaceAfter=No\n\
+         2\tla\t_\tVERB\t_\t_\t0\troot\t_\t_\n\
+         3\tev\tev\tNOUN\t_\t_\t2\tobj\t_\t_\n",
+    )
+    .unwrap();
+    let maps = maps_of(&train);
+    // counts: açık 1, _ 1, ev 1 -> ties broken by byte order: "_" < "açık" < "ev"
+    assert_eq!(maps.lemmas.terms().collect::<Vec<_>>(), ["_", "açık", "ev"]);
+    let test = read_conllu(
+        "1\tAçık\taçık\tNOUN\t_\t_\t2\tig\t_\tSpaceAfter=No\n\
+         2\tla\t_\tVERB\t_\t_\t0\troot\t_\t_\n\
+         3\tkapı\tkapı\tNOUN\t_\t_\t2\tobj\t_\t_\n",
+    )
+    .unwrap();
+    let channel = fixed(
+        "input.lemma input(1).lemma input(2).lemma input(3).lemma stack.lemma input.space-after input(1).space-after input(3).space-after",
+        &maps,
+    );
+    let state = arc_standard(&test[0], &maps, &[]);
+    let unknown = maps.lemmas.len() as i64; // 3
+    assert_eq!(
+        ids(channel.as_ref(), &state),
+        [
+            Some(1),           // açık
+            Some(0),           // _
+            Some(unknown),     // kapı: not in the map
+            Some(unknown + 1), // past the end: <OUTSIDE>
+            Some(unknown + 2), // empty stack: <ROOT>
+            Some(0),           // SpaceAfter=No
+            Some(1),
+            Some(2), // past the end: <OUTSIDE> of a 2-valued category
+        ]
+    );
 }

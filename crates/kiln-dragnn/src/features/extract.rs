@@ -135,6 +135,10 @@ impl Slot {
         let b = self.base as i64;
         let sentence = state.sentence();
         Some(match value {
+            TokenValue::Lemma => match &self.lookup {
+                Lookup::Terms(map) => map.lookup(sentence.lemma(focus)).map_or(b, |id| id as i64),
+                _ => b,
+            },
             TokenValue::Word | TokenValue::KnownWord => {
                 let id = match &self.lookup {
                     Lookup::Terms(map) => map.lookup(sentence.form(focus)),
@@ -231,13 +235,15 @@ impl Slot {
                 _ if !inside => b + 2,
                 _ => self.lookup(state, focus as usize, value)?,
             }),
-            TokenValue::Word | TokenValue::Tag | TokenValue::Prefix(_) | TokenValue::Suffix(_) => {
-                Some(match focus {
-                    -1 => b + 2,
-                    _ if !inside => b + 1,
-                    _ => self.lookup(state, focus as usize, value)?,
-                })
-            }
+            TokenValue::Word
+            | TokenValue::Lemma
+            | TokenValue::Tag
+            | TokenValue::Prefix(_)
+            | TokenValue::Suffix(_) => Some(match focus {
+                -1 => b + 2,
+                _ if !inside => b + 1,
+                _ => self.lookup(state, focus as usize, value)?,
+            }),
         }
     }
 
@@ -344,6 +350,10 @@ impl FixedChannel {
                                 1 + specials
                             };
                             (map.len(), extra, Lookup::Terms(map))
+                        }
+                        TokenValue::Lemma => {
+                            let map = Arc::new(maps.lemmas.clone());
+                            (map.len(), 1 + specials, Lookup::Terms(map))
                         }
                         TokenValue::Char => {
                             let map = chars

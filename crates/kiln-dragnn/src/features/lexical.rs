@@ -41,6 +41,9 @@ pub enum Category {
     PunctuationAmount,
     /// `quote`: 0 no quote, 1 open, 2 close, 3 unknown (resolved in a sentence by parity).
     Quote,
+    /// `space-after` (kiln-dragnn's own): 0 when MISC has `SpaceAfter=No`, else 1 (in
+    /// treebanks that split words into parts, the parts of one word).
+    SpaceAfter,
 }
 
 impl Category {
@@ -54,7 +57,7 @@ impl Category {
     pub fn cardinality(self) -> usize {
         match self {
             Category::Digit | Category::PunctuationAmount => 3,
-            Category::Hyphen => 2,
+            Category::Hyphen | Category::SpaceAfter => 2,
             Category::Capitalization { .. } => 5,
             Category::Quote => 4,
         }
@@ -73,6 +76,7 @@ impl Category {
             Category::Capitalization { .. } => "capitalization",
             Category::PunctuationAmount => "punctuation-amount",
             Category::Quote => "quote",
+            Category::SpaceAfter => "space-after",
         }
     }
 
@@ -98,6 +102,9 @@ impl Category {
             Category::Hyphen => usize::from(form.contains('-')),
             Category::Capitalization { utf8 } => capitalization(form, focus == 0, utf8),
             Category::PunctuationAmount => punctuation_amount(form),
+            Category::SpaceAfter => {
+                usize::from(sentence.word(focus).is_none_or(|w| w.space_after()))
+            }
             Category::Quote => match quote(form) {
                 UNKNOWN_QUOTE => {
                     let before = (0..focus)

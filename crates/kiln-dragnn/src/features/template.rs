@@ -25,10 +25,12 @@
 //! Then one *token feature* ends the template: `word`, `known-word`, `char`, `tag`,
 //! `pred-tag`, `label`, `digit`, `hyphen`, `capitalization` (`utf8=true|false`),
 //! `punctuation-amount`, `quote`, `prefix(length=n)`, `suffix(length=n)`, `focus`,
-//! `gold-head`; or `token`, after which come SyntaxNet's *sentence* features: optional
+//! `gold-head`, and kiln-dragnn's own `lemma` (the LEMMA column's id in the lemma map) and
+//! `space-after` (0 where MISC has `SpaceAfter=No`); or `token`, after which come SyntaxNet's *sentence* features: optional
 //! `offset(k)` hops (`focus + k`, unchecked as in SyntaxNet) and one of `word`, `known-word`,
 //! `char`, `tag`, `label` (the gold DEPREL), `digit`, `hyphen`, `capitalization`,
-//! `punctuation-amount`, `quote`, `prefix(length=n)`, `suffix(length=n)`. Sentence features
+//! `punctuation-amount`, `quote`, `prefix(length=n)`, `suffix(length=n)`, `lemma`,
+//! `space-after`. Sentence features
 //! have no `<ROOT>` value: the root counts as outside the sentence.
 //!
 //! Known but unsupported (an [`FeatureError::Unsupported`] error): `char-ngram`, `lcword`,
@@ -146,6 +148,8 @@ pub enum TokenValue {
     Word,
     /// `known-word`: the form's id in the word map; nothing for unknown forms.
     KnownWord,
+    /// `lemma` (kiln-dragnn's own): the LEMMA's id in the lemma map (`_` is a term too).
+    Lemma,
     /// `char`: the form's id in the character map (for one-character tokens).
     Char,
     /// `tag`: the sentence's tag (gold or input tag) in the tag map.
@@ -192,13 +196,13 @@ pub enum Feature {
 }
 
 /// The parser features that can end a template, for error messages.
-const TOKEN_FEATURES: &str = "word, known-word, char, tag, pred-tag, label, digit, hyphen, \
-     capitalization, punctuation-amount, quote, prefix, suffix, focus, gold-head, token, \
+const TOKEN_FEATURES: &str = "word, known-word, lemma, char, tag, pred-tag, label, digit, \
+     hyphen, capitalization, punctuation-amount, quote, space-after, prefix, suffix, focus, gold-head, token, \
      or a hop head, child, sibling";
 
 /// The sentence features allowed inside `token`, for error messages.
-const SENTENCE_FEATURES: &str = "word, known-word, char, tag, label, digit, hyphen, \
-     capitalization, punctuation-amount, quote, prefix, suffix, or the hop offset";
+const SENTENCE_FEATURES: &str = "word, known-word, lemma, char, tag, label, digit, hyphen, \
+     capitalization, punctuation-amount, quote, space-after, prefix, suffix, or the hop offset";
 
 /// Feature functions SyntaxNet has that kiln-dragnn does not support, and why.
 fn unsupported(kind: &str) -> Option<&'static str> {
@@ -359,6 +363,8 @@ impl Ctx<'_> {
             "hyphen" => TokenValue::Shape(Category::Hyphen),
             "punctuation-amount" => TokenValue::Shape(Category::PunctuationAmount),
             "quote" => TokenValue::Shape(Category::Quote),
+            "space-after" => TokenValue::Shape(Category::SpaceAfter),
+            "lemma" => TokenValue::Lemma,
             "capitalization" => return Ok(Some(TokenValue::Shape(self.capitalization(call)?))),
             "prefix" => return Ok(Some(TokenValue::Prefix(self.affix(call)?))),
             "suffix" => return Ok(Some(TokenValue::Suffix(self.affix(call)?))),
