@@ -3,6 +3,11 @@
 //! from the logits (`AdvanceFromPrediction`; components without logits advance along the
 //! oracle) and writes its annotations (`FinalizeData`).
 //!
+//! Components whose features never depend on their own predictions (shift-only ones, and
+//! taggers that read no predicted tags: DRAGNN's bulk annotation) run every step in one
+//! evaluation instead, with the training code's bulk graph, and then advance their beams
+//! from the precomputed scores (beam 1 only).
+//!
 //! A step's graph has the same operations at every step and for every batch: finished
 //! sentences keep their rows (their features embed as zeros or as the final state's), so
 //! kiln's graph cache compiles each component's step once.
@@ -21,11 +26,11 @@ use std::sync::Mutex;
 
 use kiln::{Array, DType};
 
-use super::train::items;
+use super::train::{component_forward, items, walk_component, Unroll};
 use super::MasterModel;
 use crate::component::FixedFeatureOutput;
 use crate::document::{read_conllu, Sentence};
-use crate::network::{floats, gather_links_host, FixedBatch, LinkBatch, NetworkError};
+use crate::network::{floats, gather_links_host, FixedBatch, Layers, LinkBatch, NetworkError};
 use crate::pool::ComputeSessionPool;
 use crate::session::ComputeSession;
 
@@ -119,6 +124,30 @@ pub fn run_session(
                 .map(|(n, d)| (n.clone(), *d, Vec::new()))
                 .collect(),
         };
+        if k == 1 && annotates_in_bulk(cspec) {
+            let logits = run_bulk(model, session, comp, &tables, &mut own)?;
+            if let Some(scores) = logits {
+                session.initialize_component_data(name, 1)?;
+                let width = stride * comp.num_actions;
+                let mut t = 0;
+                while !session.is_terminal(name)? {
+                    let rows = scores.get(t * width..(t + 1) * width).ok_or_else(|| {
+                        NetworkError::BadUnit {
+                            component: comp.name.clone(),
+                            unit: "inference".into(),
+                            message: format!(
+                                "the bulk pass computed {t} steps, fewer than the beams take"
+                            ),
+                        }
+                    })?;
+                    session.advance_from_prediction(name, rows, stride, comp.num_actions)?;
+                    t += 1;
+                }
+            }
+            session.finalize_data(name)?;
+            tables.push(own);
+            continue;
+        }
         let mut state = comp.unit.initial_state(stride, dtype)?;
         while !session.is_terminal(name)? {
             let mut parts = Vec::new();
@@ -187,6 +216,64 @@ pub fn run_session(
         tables.push(own);
     }
     Ok(())
+}
+
+/// Whether a component's features never depend on its own predictions, so that its every
+/// step can be computed in one pass (DRAGNN's bulk annotation): a shift-only or tagger
+/// transition system (the input advances one token per step whatever the action) with no
+/// feature reading predicted tags, labels or actions.
+fn annotates_in_bulk(spec: &crate::spec::ComponentSpec) -> bool {
+    let system = spec.transition_system_name();
+    if system != "shift-only" && system != "tagger" {
+        return false;
+    }
+    !spec.fixed_feature.iter().any(|f| {
+        let fml = f.fml();
+        fml.contains("pred-tag") || fml.contains("label") || fml.contains("last-action")
+    })
+}
+
+/// Runs a readied component over every step at once: walks it along the oracle to collect
+/// its features (which do not depend on its predictions, see [`annotates_in_bulk`]),
+/// builds the bulk graph of [`component_forward`], evaluates it, and copies the layers
+/// that linked features read into `own`. Returns the logits of every step
+/// (`[steps * stride, actions]`) when the unit has them.
+fn run_bulk(
+    model: &MasterModel,
+    session: &mut ComputeSession,
+    comp: &super::ComponentModel,
+    tables: &[HostTables],
+    own: &mut HostTables,
+) -> crate::Result<Option<Vec<f32>>> {
+    let store = model.params();
+    let dtype = store.dtype();
+    let walk = walk_component(session, comp, |s| (tables[s].stride, tables[s].beam))?;
+    let mut sources: Vec<Layers> = Vec::with_capacity(tables.len());
+    for t in tables {
+        let mut layers = Layers::default();
+        for (name, dim, values) in &t.layers {
+            let rows = values.len() / (*dim).max(1);
+            layers.push(name, floats(values.clone(), &[rows, *dim], dtype)?);
+        }
+        sources.push(layers);
+    }
+    let layers = component_forward(model, comp, &walk, &sources, Unroll::Bulk, None)?;
+    let logits = layers
+        .get("logits")
+        .filter(|_| comp.unit.num_actions().is_some());
+    let mut outputs: Vec<&Array> = logits.into_iter().collect();
+    for (n, _, _) in &own.layers {
+        if let Some(l) = layers.get(n) {
+            outputs.push(l);
+        }
+    }
+    kiln::eval(&outputs)?;
+    for (n, _, table) in &mut own.layers {
+        if let Some(l) = layers.get(n) {
+            *table = host_f32(l)?;
+        }
+    }
+    logits.map(host_f32).transpose().map_err(crate::Error::from)
 }
 
 /// Annotates one batch of sentences with `session`.

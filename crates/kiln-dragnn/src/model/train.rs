@@ -82,67 +82,78 @@ pub fn walk_oracle(
     session.set_input_data(items(sentences));
     let mut walks: Vec<Walk> = Vec::new();
     for comp in &model.components()[..=last] {
-        let name = comp.name.as_str();
-        session.initialize_component_data(name, 1)?;
-        let stride = session.batch_size(name)? * session.beam_size(name)?;
-        let beam = session.beam_size(name)?;
-        let mut fixed: Vec<FixedBatch> = Vec::new();
-        let mut linked: Vec<LinkBatch> =
-            comp.linked.iter().map(|l| LinkBatch::new(l.size)).collect();
-        let mut labels = Vec::new();
-        let mut steps = 0usize;
-        let mut step_fixed: Vec<Vec<FixedFeatureOutput>> = vec![Vec::new(); comp.fixed.len()];
-        while !session.is_terminal(name)? {
-            for (c, out) in step_fixed.iter_mut().enumerate() {
-                let mut o = FixedFeatureOutput::default();
-                session.get_input_features(name, c, &mut o)?;
-                out.push(o);
-            }
-            for (c, l) in comp.linked.iter().enumerate() {
-                let links = session.get_translated_link_features(name, c)?;
-                let (src_stride, src_beam) = if l.recurrent {
-                    (stride, beam)
-                } else {
-                    (walks[l.source].stride, 1)
-                };
-                linked[c].add_step(&links, |x| source_row(x, src_stride, src_beam));
-            }
-            for b in session.emit_oracle_labels(name)? {
-                labels.extend(b.into_iter().map(i64::from));
-                // beams shorter than the max beam are padded
-            }
-            labels.resize((steps + 1) * stride, -1);
-            session.advance_from_oracle(name)?;
-            steps += 1;
-        }
-        // Units that step (LSTMs, recurrent links) build one graph piece per step: pad the
-        // step count to a multiple of STEP_BUCKET so batches share compiled plans. Padding
-        // steps have no features, no links and no loss.
-        if comp.unit.is_recurrent() || comp.has_recurrent_links() {
-            let padded = steps.div_ceil(STEP_BUCKET) * STEP_BUCKET;
-            for l in &mut linked {
-                l.rows = padded * stride;
-                l.source_rows.resize(padded * stride * l.size, None);
-            }
-            labels.resize(padded * stride, -1);
-            steps = padded;
-        }
-        for (c, outs) in step_fixed.iter().enumerate() {
-            let mut batch = FixedBatch::new(steps * stride, comp.fixed[c].size);
-            for (t, o) in outs.iter().enumerate() {
-                batch.add_step(t * stride, o)?;
-            }
-            fixed.push(batch);
-        }
-        walks.push(Walk {
-            steps,
-            stride,
-            fixed,
-            linked,
-            labels,
-        });
+        session.initialize_component_data(&comp.name, 1)?;
+        let walk = walk_component(session, comp, |s| (walks[s].stride, 1))?;
+        walks.push(walk);
     }
     Ok(walks)
+}
+
+/// Walks one readied component along the oracle until it is terminal, recording its
+/// features and labels; `source(i)` gives the `(stride, beam)` of component `i`'s table
+/// (the bulk layout's), for the links that read it.
+pub(crate) fn walk_component(
+    session: &mut ComputeSession,
+    comp: &ComponentModel,
+    source: impl Fn(usize) -> (usize, usize),
+) -> crate::Result<Walk> {
+    let name = comp.name.as_str();
+    let beam = session.beam_size(name)?;
+    let stride = session.batch_size(name)? * beam;
+    let mut fixed: Vec<FixedBatch> = Vec::new();
+    let mut linked: Vec<LinkBatch> = comp.linked.iter().map(|l| LinkBatch::new(l.size)).collect();
+    let mut labels = Vec::new();
+    let mut steps = 0usize;
+    let mut step_fixed: Vec<Vec<FixedFeatureOutput>> = vec![Vec::new(); comp.fixed.len()];
+    while !session.is_terminal(name)? {
+        for (c, out) in step_fixed.iter_mut().enumerate() {
+            let mut o = FixedFeatureOutput::default();
+            session.get_input_features(name, c, &mut o)?;
+            out.push(o);
+        }
+        for (c, l) in comp.linked.iter().enumerate() {
+            let links = session.get_translated_link_features(name, c)?;
+            let (src_stride, src_beam) = if l.recurrent {
+                (stride, beam)
+            } else {
+                source(l.source)
+            };
+            linked[c].add_step(&links, |x| source_row(x, src_stride, src_beam));
+        }
+        for b in session.emit_oracle_labels(name)? {
+            labels.extend(b.into_iter().map(i64::from));
+        }
+        // beams shorter than the max beam are padded
+        labels.resize((steps + 1) * stride, -1);
+        session.advance_from_oracle(name)?;
+        steps += 1;
+    }
+    // Units that step (LSTMs, recurrent links) build one graph piece per step: pad the
+    // step count to a multiple of STEP_BUCKET so batches share compiled plans. Padding
+    // steps have no features, no links and no loss.
+    if comp.unit.is_recurrent() || comp.has_recurrent_links() {
+        let padded = steps.div_ceil(STEP_BUCKET) * STEP_BUCKET;
+        for l in &mut linked {
+            l.rows = padded * stride;
+            l.source_rows.resize(padded * stride * l.size, None);
+        }
+        labels.resize(padded * stride, -1);
+        steps = padded;
+    }
+    for (c, outs) in step_fixed.iter().enumerate() {
+        let mut batch = FixedBatch::new(steps * stride, comp.fixed[c].size);
+        for (t, o) in outs.iter().enumerate() {
+            batch.add_step(t * stride, o)?;
+        }
+        fixed.push(batch);
+    }
+    Ok(Walk {
+        steps,
+        stride,
+        fixed,
+        linked,
+        labels,
+    })
 }
 
 /// How [`forward`] builds a component's graph.
@@ -284,7 +295,7 @@ fn write_recurrent(
 }
 
 /// The layers of one component over all steps of its walk, in the bulk layout.
-fn component_forward(
+pub(crate) fn component_forward(
     model: &MasterModel,
     comp: &ComponentModel,
     walk: &Walk,
