@@ -140,8 +140,7 @@ def main():
     print(json.dumps({"event": "split", **counts}), flush=True)
     ud = None if args.skip_udpipe else time_udpipe(args.work, args.repeats)
     cmd = ["cargo", "run", "--release", "-q", "-p", "kiln-benches", "--bin", "dragnn", "--",
-           "--model", args.model, "--input", os.path.join(args.work, "test.input.conllu"),
-           "--gold", os.path.join(args.work, "test.conllu"), "--repeats", str(args.repeats)]
+           "--model", args.model, "--treebank", args.treebank, "--repeats", str(args.repeats)]
     out = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True).stdout
     for line in out.splitlines():
         rec = json.loads(line)

@@ -18,10 +18,10 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Parser;
-use kiln_dragnn::document::read_conllu_file;
+use kiln_dragnn::document::{read_conllu_file, split, Column, Sentence};
 use kiln_dragnn::model::infer::{parse, InferOptions};
 use kiln_dragnn::model::MasterModel;
-use kiln_dragnn::scorer::score;
+use kiln_dragnn::scorer::{score, score_grouped};
 use serde::Serialize;
 
 /// The command line.
@@ -36,11 +36,19 @@ struct Cli {
     #[arg(long)]
     model: PathBuf,
     /// The input CoNLL-U.
-    #[arg(long)]
-    input: PathBuf,
+    #[arg(long, required_unless_present = "treebank")]
+    input: Option<PathBuf>,
     /// The gold CoNLL-U (same sentences) for accuracy.
     #[arg(long)]
     gold: Option<PathBuf>,
+    /// The Turkish treebank directory instead of --input/--gold: its test part (split per
+    /// file, so each sentence's genre is its file's, web or wiki), parsed from copies with
+    /// UPOS, XPOS, FEATS, HEAD and DEPREL blanked.
+    #[arg(long, conflicts_with_all = ["input", "gold"])]
+    treebank: Option<PathBuf>,
+    /// Which part of the treebank: dev or test.
+    #[arg(long, default_value = "test")]
+    part: String,
     /// Timed parses per setting.
     #[arg(long, default_value_t = 5)]
     repeats: usize,
@@ -69,6 +77,42 @@ struct Record {
     upos: Option<f64>,
     uas: Option<f64>,
     las: Option<f64>,
+    /// The full score (all words and without punctuation; per genre with --treebank).
+    score: Option<serde_json::Value>,
+}
+
+/// The treebank's `part` split per file, with each sentence's genre, and blanked copies.
+fn treebank(
+    dir: &std::path::Path,
+    part: &str,
+) -> Result<(Vec<Sentence>, Vec<Sentence>, Vec<&'static str>), Box<dyn std::error::Error>> {
+    let mut gold = Vec::new();
+    let mut genres = Vec::new();
+    for (file, genre) in [("web.conllu", "web"), ("wiki.conllu", "wiki")] {
+        let parts = split(read_conllu_file(dir.join(file))?);
+        let chosen = match part {
+            "dev" => parts.dev,
+            "test" => parts.test,
+            other => return Err(format!("--part {other}: use dev or test").into()),
+        };
+        genres.extend(std::iter::repeat_n(genre, chosen.len()));
+        gold.extend(chosen);
+    }
+    let mut input = gold.clone();
+    for s in &mut input {
+        for i in 0..s.len() {
+            for c in [
+                Column::Upos,
+                Column::Xpos,
+                Column::Feats,
+                Column::Head,
+                Column::Deprel,
+            ] {
+                s.set_field(i, c, "_")?;
+            }
+        }
+    }
+    Ok((input, gold, genres))
 }
 
 fn cpu_model() -> String {
@@ -86,8 +130,18 @@ fn cpu_model() -> String {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cli = Cli::parse();
     let model = MasterModel::load(&cli.model)?;
-    let input = read_conllu_file(&cli.input)?;
-    let gold = cli.gold.as_ref().map(read_conllu_file).transpose()?;
+    let (input, gold, genres) = match (&cli.treebank, &cli.input) {
+        (Some(dir), _) => {
+            let (i, g, genres) = treebank(dir, &cli.part)?;
+            (i, Some(g), Some(genres))
+        }
+        (None, Some(path)) => (
+            read_conllu_file(path)?,
+            cli.gold.as_ref().map(read_conllu_file).transpose()?,
+            None,
+        ),
+        (None, None) => return Err("--input or --treebank is needed".into()),
+    };
     let words: usize = input.iter().map(|s| s.len()).sum();
     let n = input.len().max(1) as f64;
     for &beam in &cli.beams {
@@ -112,6 +166,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             sorted.sort_by(f64::total_cmp);
             let median = sorted[sorted.len() / 2];
             let s = gold.as_ref().map(|g| score(g, &out)).transpose()?;
+            let full = match (&gold, &genres) {
+                (Some(g), Some(genres)) => {
+                    Some(serde_json::to_value(score_grouped(g, &out, genres)?)?)
+                }
+                (Some(_), None) => s.map(serde_json::to_value).transpose()?,
+                _ => None,
+            };
             let rec = Record {
                 tool: "kiln-dragnn",
                 cpu: cpu_model(),
@@ -130,6 +191,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 upos: s.map(|s| s.all.upos_pct()),
                 uas: s.map(|s| s.all.uas_pct()),
                 las: s.map(|s| s.all.las_pct()),
+                score: full,
             };
             println!("{}", serde_json::to_string(&rec)?);
         }
