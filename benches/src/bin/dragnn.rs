@@ -81,11 +81,11 @@ struct Record {
     score: Option<serde_json::Value>,
 }
 
+/// Blanked input, gold sentences and each sentence's genre.
+type Parts = (Vec<Sentence>, Vec<Sentence>, Vec<&'static str>);
+
 /// The treebank's `part` split per file, with each sentence's genre, and blanked copies.
-fn treebank(
-    dir: &std::path::Path,
-    part: &str,
-) -> Result<(Vec<Sentence>, Vec<Sentence>, Vec<&'static str>), Box<dyn std::error::Error>> {
+fn treebank(dir: &std::path::Path, part: &str) -> Result<Parts, Box<dyn std::error::Error>> {
     let mut gold = Vec::new();
     let mut genres = Vec::new();
     for (file, genre) in [("web.conllu", "web"), ("wiki.conllu", "wiki")] {
