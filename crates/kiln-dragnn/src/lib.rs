@@ -25,11 +25,20 @@
 //!   `SyntaxNetComponent` and `StatelessComponent`.
 //! - [`session`]: the compute session that drives a master spec's components.
 //! - [`pool`]: a thread-safe pool of compute sessions.
+//! - [`network`]: parameters, fixed and linked embeddings and the network units
+//!   (feed-forward, LSTMs), as kiln graph builders.
+//! - [`model`]: a master spec's model; training by oracle (one kiln evaluation per
+//!   training step), training runs, inference, saving and loading.
+//! - [`scorer`]: UPOS/XPOS/UAS/LAS against gold sentences.
+//!
+//! The binaries `kiln-dragnn-train` and `kiln-parse` train a model and parse with it;
+//! `models/turkish` holds a trained Turkish tagger → parser.
 //!
 //! The behaviour follows the original C++ API as `../shared/dragnn-reference.md` describes
 //! it, with `Result` errors where the original CHECK-failed.
 //!
-//! Depends on kiln's public API, `thiserror`, `serde`, `serde_json`, and for specs `prost`,
+//! Depends on kiln's and kiln-optim's public APIs, `thiserror`, `serde`, `serde_json`,
+//! `fastrand` (seeded shuffles), `clap` and `indicatif` (the binaries), and for specs `prost`,
 //! `prost-reflect` and `miette` (the spec types are generated at build time by `prost-build`
 //! from `proto/spec.proto`, compiled by `protox`: no `protoc` needed).
 
