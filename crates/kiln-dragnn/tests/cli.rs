@@ -21,12 +21,16 @@ fn run(bin: &str, args: &[&str], stdin: &str) -> (i32, String, String) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("the binary runs");
-    child
+    // A binary that fails on its arguments exits without reading stdin: a broken pipe here
+    // is expected then.
+    if let Err(e) = child
         .stdin
         .take()
         .expect("stdin")
         .write_all(stdin.as_bytes())
-        .expect("write stdin");
+    {
+        assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "write stdin: {e}");
+    }
     let out = child.wait_with_output().expect("the binary finishes");
     (
         out.status.code().unwrap_or(-1),

@@ -1,7 +1,10 @@
 //! Inference (DRAGNN's `build_greedy_inference` and beam inference): each component runs
 //! step by step, every step **one kiln evaluation** of the batch, then advances its beams
-//! from the logits (`AdvanceFromPrediction`; components without logits advance along the
-//! oracle) and writes its annotations (`FinalizeData`).
+//! from the log-softmaxed logits (`AdvanceFromPrediction`: an item's score is its path's
+//! log-probability, so items of different histories compare fairly; components without
+//! logits advance along the oracle) and writes its annotations (`FinalizeData`).
+//! An LSTM's state follows the beam: after each step, every slot takes the state of the
+//! slot its item came from.
 //!
 //! Components whose features never depend on their own predictions (shift-only ones, and
 //! taggers that read no predicted tags: DRAGNN's bulk annotation) run every step in one
@@ -184,8 +187,12 @@ pub fn run_session(
                 parts.push(comp.embed_linked(store, c, &rows, &oob, stride)?);
             }
             let (layers, next) = comp.run(store, &parts, state.as_ref(), None)?;
+            let scores = match layers.get("logits").filter(|_| predicts) {
+                Some(l) => Some(l.try_log_softmax(-1)?),
+                None => None,
+            };
             let mut outputs: Vec<&Array> = Vec::new();
-            if let Some(l) = layers.get("logits") {
+            if let Some(l) = &scores {
                 outputs.push(l);
             }
             for (n, _) in &read {
@@ -204,10 +211,30 @@ pub fn run_session(
                 }
             }
             state = next;
-            match layers.get("logits").filter(|_| predicts) {
-                Some(logits) => {
-                    let scores = host_f32(logits)?;
+            match &scores {
+                Some(scores) => {
+                    let scores = host_f32(scores)?;
                     session.advance_from_prediction(name, &scores, stride, comp.num_actions)?;
+                    // A recurrent unit's state follows the beam: each slot continues from the
+                    // state of the slot its item came from.
+                    if k > 1 {
+                        if let Some(st) = state.as_mut() {
+                            let c = session.readied_component(name)?;
+                            let batch = stride / k;
+                            let mut parents = Vec::with_capacity(stride);
+                            for b in 0..batch {
+                                let step = c.steps_taken(b) - 1;
+                                for j in 0..k {
+                                    let p = c.beam_index_at_step(step, j as i32, b);
+                                    let p = if p < 0 { j } else { p as usize };
+                                    parents.push((b * k + p) as i64);
+                                }
+                            }
+                            let idx = Array::from_vec(parents, &[stride])?;
+                            st.h = st.h.try_take(&idx, 0)?;
+                            st.c = st.c.try_take(&idx, 0)?;
+                        }
+                    }
                 }
                 None => session.advance_from_oracle(name)?,
             }
@@ -236,7 +263,7 @@ fn annotates_in_bulk(spec: &crate::spec::ComponentSpec) -> bool {
 /// Runs a readied component over every step at once: walks it along the oracle to collect
 /// its features (which do not depend on its predictions, see [`annotates_in_bulk`]),
 /// builds the bulk graph of [`component_forward`], evaluates it, and copies the layers
-/// that linked features read into `own`. Returns the logits of every step
+/// that linked features read into `own`. Returns the log-softmaxed logits of every step
 /// (`[steps * stride, actions]`) when the unit has them.
 fn run_bulk(
     model: &MasterModel,
@@ -258,10 +285,14 @@ fn run_bulk(
         sources.push(layers);
     }
     let layers = component_forward(model, comp, &walk, &sources, Unroll::Bulk, None)?;
-    let logits = layers
+    let scores = match layers
         .get("logits")
-        .filter(|_| comp.unit.num_actions().is_some());
-    let mut outputs: Vec<&Array> = logits.into_iter().collect();
+        .filter(|_| comp.unit.num_actions().is_some())
+    {
+        Some(l) => Some(l.try_log_softmax(-1)?),
+        None => None,
+    };
+    let mut outputs: Vec<&Array> = scores.iter().collect();
     for (n, _, _) in &own.layers {
         if let Some(l) = layers.get(n) {
             outputs.push(l);
@@ -273,7 +304,11 @@ fn run_bulk(
             *table = host_f32(l)?;
         }
     }
-    logits.map(host_f32).transpose().map_err(crate::Error::from)
+    scores
+        .as_ref()
+        .map(host_f32)
+        .transpose()
+        .map_err(crate::Error::from)
 }
 
 /// Annotates one batch of sentences with `session`.
