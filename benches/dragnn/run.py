@@ -9,8 +9,10 @@ caches the model there; then, in one run, times UDPipe (ufal.udpipe, one thread)
 `dragnn` bench binary (kiln-parse's code path) on the same input, and prints one JSON
 object per measurement.
 
-Usage: python3 benches/dragnn/run.py --model DIR [--work DIR] [--repeats 5]
-Needs `pip install ufal.udpipe` (the script says so when it is missing).
+Usage: python3 benches/dragnn/run.py --model DIR [--work DIR] [--repeats 5] [--skip-udpipe]
+Needs `pip install ufal.udpipe` (the script says so when it is missing). Training UDPipe
+takes about an hour on one core, once; the model is cached in the work directory
+(target/dragnn-bench/turkish.udpipe by default).
 """
 import argparse
 import json
