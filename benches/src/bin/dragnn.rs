@@ -115,18 +115,6 @@ fn treebank(dir: &std::path::Path, part: &str) -> Result<Parts, Box<dyn std::err
     Ok((input, gold, genres))
 }
 
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_string())
-        })
-        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
-}
-
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cli = Cli::parse();
     let model = MasterModel::load(&cli.model)?;
@@ -175,7 +163,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             };
             let rec = Record {
                 tool: "kiln-dragnn",
-                cpu: cpu_model(),
+                cpu: kiln_benches::cpu_model(),
                 beam,
                 threads,
                 sentences: input.len(),

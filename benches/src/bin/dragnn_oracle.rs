@@ -77,18 +77,6 @@ fn parser_spec() -> MasterSpec {
     MasterSpec::from_text(&text).expect("the bench's spec parses")
 }
 
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown".to_string())
-}
-
 /// Runs the parser over `batches` along the oracle, extracting every channel at every step;
 /// returns the features extracted.
 fn run(session: &mut ComputeSession, batches: &[&[String]]) -> kiln_dragnn::Result<u64> {
@@ -168,7 +156,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let line = Line {
         bench: "dragnn-oracle",
-        cpu: cpu_model(),
+        cpu: kiln_benches::cpu_model(),
         threads: cli.threads,
         batch: cli.batch,
         sentences: items.len(),

@@ -67,18 +67,6 @@ struct Record {
     sentences_per_s: f64,
 }
 
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_string())
-        })
-        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
-}
-
 fn quantile(sorted: &[f64], q: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * q).round() as usize]
 }
@@ -128,7 +116,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         medians.push(median);
         let rec = Record {
             mode: name.to_string(),
-            cpu: cpu_model(),
+            cpu: kiln_benches::cpu_model(),
             steps: ts.len(),
             batch_size: cli.batch_size,
             median_s: median,

@@ -392,6 +392,20 @@ fn affine(x: &Array, w: &Array, b: Option<&Array>) -> kiln::Result<Array> {
     }
 }
 
+/// `state`, or the zero state of `rows × hidden` kept in `slot`.
+fn or_zeros<'a>(
+    state: Option<&'a LstmState>,
+    slot: &'a mut Option<LstmState>,
+    rows: usize,
+    hidden: usize,
+    dtype: DType,
+) -> kiln::Result<&'a LstmState> {
+    match state {
+        Some(s) => Ok(s),
+        None => Ok(slot.insert(LstmState::zeros(rows, hidden, dtype)?)),
+    }
+}
+
 /// Layer normalisation over the last axis with gain `gamma` and offset `beta`.
 ///
 /// ```
@@ -779,14 +793,8 @@ impl NetworkUnit {
             }
             NetworkUnit::Lstm(l) => {
                 let h = l.hidden;
-                let zero;
-                let state = match state {
-                    Some(s) => s,
-                    None => {
-                        zero = LstmState::zeros(rows, h, store.dtype())?;
-                        &zero
-                    }
-                };
+                let mut zero = None;
+                let state = or_zeros(state, &mut zero, rows, h, store.dtype())?;
                 let h_prev = match dropout.as_deref_mut() {
                     Some(d) => d.apply(&state.h, l.recurrent_keep)?,
                     None => state.h.clone(),
@@ -814,14 +822,8 @@ impl NetworkUnit {
             }
             NetworkUnit::LayerNormLstm(l) => {
                 let h = l.hidden;
-                let zero;
-                let state = match state {
-                    Some(s) => s,
-                    None => {
-                        zero = LstmState::zeros(rows, h, store.dtype())?;
-                        &zero
-                    }
-                };
+                let mut zero = None;
+                let state = or_zeros(state, &mut zero, rows, h, store.dtype())?;
                 let z = input
                     .try_add(&state.h.try_matmul(&v("h2h")?)?)?
                     .reshape_to(&[rows, 4, h])?;
