@@ -29,7 +29,7 @@ use std::sync::Mutex;
 
 use kiln::{Array, DType};
 
-use super::train::{component_forward, items, walk_component, Unroll};
+use super::train::{component_forward, items, source_row, walk_component, Unroll};
 use super::MasterModel;
 use crate::component::FixedFeatureOutput;
 use crate::document::{read_conllu, Sentence};
@@ -165,16 +165,7 @@ pub fn run_session(
                 let links = session.get_translated_link_features(name, c)?;
                 let src = if l.recurrent { &own } else { &tables[l.source] };
                 let mut b = LinkBatch::new(l.size);
-                b.add_step(&links, |x| {
-                    if x.step_index < 0 || x.beam_index < 0 {
-                        return None;
-                    }
-                    Some(
-                        x.step_index as usize * src.stride
-                            + x.batch_index * src.beam
-                            + x.beam_index as usize,
-                    )
-                });
+                b.add_step(&links, |x| source_row(x, src.stride, src.beam));
                 let (table, dim) = src.get(&l.layer).ok_or_else(|| NetworkError::BadUnit {
                     component: comp.name.clone(),
                     unit: "linked feature".into(),

@@ -63,7 +63,11 @@ pub fn items(sentences: &[Sentence]) -> Vec<String> {
 }
 
 /// The row of a source component's bulk table that a translated link reads.
-fn source_row(l: &crate::translator::LinkIndex, stride: usize, beam: usize) -> Option<usize> {
+pub(crate) fn source_row(
+    l: &crate::translator::LinkIndex,
+    stride: usize,
+    beam: usize,
+) -> Option<usize> {
     if l.step_index < 0 || l.beam_index < 0 {
         return None;
     }
