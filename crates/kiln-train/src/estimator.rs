@@ -1,0 +1,1085 @@
+//! [`Estimator`]: trains, evaluates and predicts with a [`Model`] — TF's Estimator for kiln.
+//! [`RunConfig`] says where checkpoints go, how often, the seed, the strategy and the warm
+//! start; [`Until`] says how long `train` runs.
+//!
+//! A training step builds the model function's graph for each micro-batch, differentiates
+//! it, evaluates it (one evaluation with the update on one device; one per micro-batch on
+//! the replicas, then the fixed-order reduction and one update), and advances the global
+//! step and the input cursor.
+//! The input is prepared ahead on a producer thread through a [`StagingArea`], so batch
+//! `i + 1` is read, mapped and cut while step `i` computes.
+//!
+//! **Resuming is exact**: a new estimator on a model directory restores the newest
+//! checkpoint's parameters, optimizer state, global step, seed, learning-rate scale and
+//! input cursor, and every seed a model function draws is a function of (seed, step,
+//! micro-batch, tag) — so 40 steps, a restart and 60 more write the bytes 100 steps would.
+//!
+//! Depends on kiln and kiln-optim's public APIs and every other module of the crate.
+
+use crate::checkpoint::{self, RunState};
+use crate::hooks::{CheckpointSaver, Hook, RunContext, StepInfo, StepLog};
+use crate::model::{trainable, Pending};
+use crate::{
+    Batch, Context, Cursor, Dataset, DatasetIter, Error, Mode, Model, ReduceOp, Result,
+    StagingArea, Strategy, Variables,
+};
+use kiln::{Array, DType};
+use kiln_optim::{Optimizer, OptimizerState, Parameter};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long [`Estimator::train`] runs (TF's `steps` and `max_steps`).
+///
+/// ```
+/// use kiln_train::Until;
+/// assert_eq!(Until::Steps(10).target(5), 15);     // relative to the global step
+/// assert_eq!(Until::MaxSteps(10).target(15), 10); // an absolute cap: nothing to do
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Until {
+    /// This many more steps (or until the input ends).
+    Steps(u64),
+    /// Until the global step reaches this (or the input ends); nothing if it already has.
+    MaxSteps(u64),
+}
+
+impl Until {
+    /// The global step to stop at, from the current one.
+    pub fn target(self, global_step: u64) -> u64 {
+        match self {
+            Until::Steps(n) => global_step.saturating_add(n),
+            Until::MaxSteps(n) => n,
+        }
+    }
+}
+
+/// Where a warm start takes its parameters from.
+///
+/// ```
+/// let w = kiln_train::WarmStart::new("pretrained/ckpt-900.safetensors").only(["embed"]);
+/// assert_eq!(w.names.as_deref(), Some(&["embed".to_string()][..]));
+/// ```
+#[derive(Clone, Debug)]
+pub struct WarmStart {
+    /// A safetensors file: another run's checkpoint or plain parameters.
+    pub path: PathBuf,
+    /// The variables to take from it (`None`: every one it has by name).
+    pub names: Option<Vec<String>>,
+}
+
+impl WarmStart {
+    /// Every variable the file holds by name.
+    pub fn new(path: impl Into<PathBuf>) -> WarmStart {
+        WarmStart {
+            path: path.into(),
+            names: None,
+        }
+    }
+
+    /// Only these variables.
+    pub fn only<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> WarmStart {
+        self.names = Some(names.into_iter().map(Into::into).collect());
+        self
+    }
+}
+
+/// An estimator's configuration (TF's `RunConfig`).
+///
+/// ```
+/// use kiln_train::{RunConfig, Strategy};
+/// let c = RunConfig::new()
+///     .model_dir("runs/mlp")
+///     .seed(7)
+///     .save_every_steps(100)
+///     .keep_max(3)
+///     .strategy(Strategy::mirrored(2, 32)?);
+/// assert_eq!(c.keep_max, 3);
+/// # Ok::<(), kiln_train::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    /// Where checkpoints (and `train.jsonl` with `log_every`) go; `None` keeps nothing.
+    pub model_dir: Option<PathBuf>,
+    /// The seed every initialiser and model-function seed derives from.
+    pub seed: u64,
+    /// Save a checkpoint every this many steps (and at the end of `train`).
+    pub save_every_steps: Option<u64>,
+    /// Save a checkpoint when this many seconds have passed since the last.
+    pub save_every_secs: Option<f64>,
+    /// Keep at most this many checkpoints (0: all); the oldest go first.
+    pub keep_max: usize,
+    /// Append a JSON line to `model_dir/train.jsonl` (stderr without a model dir) every this
+    /// many steps.
+    pub log_every: Option<u64>,
+    /// How steps run.
+    pub strategy: Strategy,
+    /// Parameters to start from when the model dir has no checkpoint.
+    pub warm_start: Option<WarmStart>,
+    /// Batches prepared ahead on a producer thread (0: on the training thread).
+    pub prefetch: usize,
+    /// Show a progress bar when stderr is a terminal.
+    pub progress: bool,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        RunConfig {
+            model_dir: None,
+            seed: 0,
+            save_every_steps: None,
+            save_every_secs: None,
+            keep_max: 5,
+            log_every: None,
+            strategy: Strategy::OneDevice,
+            warm_start: None,
+            prefetch: 2,
+            progress: true,
+        }
+    }
+}
+
+impl RunConfig {
+    /// The defaults: no model dir, seed 0, keep 5, one device, prefetch 2.
+    pub fn new() -> RunConfig {
+        RunConfig::default()
+    }
+
+    /// Sets the model directory.
+    pub fn model_dir(mut self, dir: impl Into<PathBuf>) -> RunConfig {
+        self.model_dir = Some(dir.into());
+        self
+    }
+
+    /// Sets the seed.
+    pub fn seed(mut self, seed: u64) -> RunConfig {
+        self.seed = seed;
+        self
+    }
+
+    /// Saves every `n` steps.
+    pub fn save_every_steps(mut self, n: u64) -> RunConfig {
+        self.save_every_steps = Some(n);
+        self
+    }
+
+    /// Saves every `secs` seconds.
+    pub fn save_every_secs(mut self, secs: f64) -> RunConfig {
+        self.save_every_secs = Some(secs);
+        self
+    }
+
+    /// Keeps at most `n` checkpoints (0: all).
+    pub fn keep_max(mut self, n: usize) -> RunConfig {
+        self.keep_max = n;
+        self
+    }
+
+    /// Logs every `n` steps.
+    pub fn log_every(mut self, n: u64) -> RunConfig {
+        self.log_every = Some(n);
+        self
+    }
+
+    /// Sets the strategy.
+    pub fn strategy(mut self, strategy: Strategy) -> RunConfig {
+        self.strategy = strategy;
+        self
+    }
+
+    /// Warm-starts from another model's parameters.
+    pub fn warm_start(mut self, warm: WarmStart) -> RunConfig {
+        self.warm_start = Some(warm);
+        self
+    }
+
+    /// Sets how many batches are prepared ahead.
+    pub fn prefetch(mut self, n: usize) -> RunConfig {
+        self.prefetch = n;
+        self
+    }
+
+    /// Turns the progress bar off (or on, where stderr is a terminal).
+    pub fn progress(mut self, on: bool) -> RunConfig {
+        self.progress = on;
+        self
+    }
+
+    fn check(&self) -> Result<()> {
+        const OP: &str = "Estimator::new";
+        if self.save_every_steps == Some(0) || self.log_every == Some(0) {
+            return Err(Error::invalid(
+                OP,
+                "save_every_steps or log_every is 0: pass at least 1 (or leave it unset)",
+            ));
+        }
+        if self
+            .save_every_secs
+            .is_some_and(|s| !(s.is_finite() && s > 0.0))
+        {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "save_every_secs is {:?}: pass a positive number of seconds",
+                    self.save_every_secs
+                ),
+            ));
+        }
+        if let Strategy::Mirrored {
+            replicas,
+            micro_batch_size,
+        } = self.strategy
+        {
+            if replicas == 0 || micro_batch_size == 0 {
+                return Err(Error::invalid(
+                    OP,
+                    "a Mirrored strategy needs at least 1 replica and micro-batches of at \
+                     least 1 (build it with Strategy::mirrored)",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What an estimator carries between steps: everything a checkpoint holds.
+pub(crate) struct Session {
+    pub(crate) variables: Variables,
+    pub(crate) optimizer: Option<Box<dyn Optimizer + Send>>,
+    /// Optimizer state from a checkpoint, for the optimizer the first step creates.
+    pub(crate) pending_optimizer: Option<OptimizerState>,
+    pub(crate) global_step: u64,
+    pub(crate) seed: u64,
+    pub(crate) lr_scale: f64,
+    pub(crate) input: Option<Cursor>,
+    /// The step of the newest checkpoint written or read, and when.
+    pub(crate) saved_step: Option<u64>,
+    pub(crate) saved_at: Instant,
+}
+
+/// Parameter values and optimizer state at one moment, as handles (no copy): arrays are
+/// immutable, so a snapshot stays what it was.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    /// The global step it was taken at.
+    pub global_step: u64,
+    values: Vec<(Arc<Parameter>, Array)>,
+    optimizer: Option<OptimizerState>,
+}
+
+impl Session {
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            global_step: self.global_step,
+            values: self
+                .variables
+                .parameters()
+                .iter()
+                .map(|p| (p.clone(), p.value()))
+                .collect(),
+            optimizer: self.optimizer.as_ref().map(|o| o.state()),
+        }
+    }
+
+    pub(crate) fn restore(&mut self, s: &Snapshot) -> Result<()> {
+        if let (Some(o), Some(state)) = (self.optimizer.as_mut(), &s.optimizer) {
+            o.load_state(state)?;
+        }
+        for (p, v) in &s.values {
+            p.assign(v.clone())?;
+        }
+        Ok(())
+    }
+
+    /// Writes a checkpoint of the current step into `dir` (unless this step's is there)
+    /// and prunes to `keep_max`.
+    pub(crate) fn save(&mut self, dir: &Path, keep_max: usize) -> Result<PathBuf> {
+        let path = checkpoint::checkpoint_path(dir, self.global_step);
+        if self.saved_step == Some(self.global_step) && path.exists() {
+            return Ok(path);
+        }
+        let run = RunState {
+            global_step: self.global_step,
+            seed: self.seed,
+            lr_scale: self.lr_scale,
+            input: self.input.as_ref(),
+        };
+        let optimizer = self.optimizer.as_deref().map(|o| o as &dyn Optimizer);
+        let path = checkpoint::write_checkpoint(dir, &run, self.variables.parameters(), optimizer)?;
+        self.saved_step = Some(self.global_step);
+        self.saved_at = Instant::now();
+        checkpoint::prune(dir, keep_max)?;
+        Ok(path)
+    }
+}
+
+/// The metrics of an evaluation: each metric's value, `loss` (the mean over examples) and
+/// `global_step`.
+pub type Metrics = BTreeMap<String, f64>;
+
+/// One example's predictions, by name.
+pub type Prediction = BTreeMap<String, Array>;
+
+/// What a `train` call did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrainReport {
+    /// The global step at the end.
+    pub global_step: u64,
+    /// Steps this call ran.
+    pub steps: u64,
+    /// The last step's loss (NaN if no step ran).
+    pub last_loss: f64,
+    /// Why it stopped: `"target"`, `"input ended"` or a hook's reason.
+    pub stopped_by: String,
+    /// Time the training thread waited for input.
+    pub input_wait: Duration,
+    /// The checkpoint written at the end, if any.
+    pub checkpoint: Option<PathBuf>,
+}
+
+/// Trains, evaluates and predicts with a model (see the module docs).
+///
+/// ```
+/// use kiln_train::{Context, Dataset, Estimator, Init, Mode, Model, RunConfig, Spec, Until};
+/// struct Mean;
+/// impl Model for Mean {
+///     type Features = kiln::Array;
+///     type Labels = kiln::Array;
+///     fn model_fn(&self, _x: &kiln::Array, y: Option<&kiln::Array>, mode: Mode, cx: &mut Context<'_>)
+///         -> kiln_train::Result<Spec> {
+///         let m = cx.variable("m", &[], kiln::DType::F64, Init::Zeros)?;
+///         let mut spec = Spec::new().prediction("m", &m.reshape(&[1]));
+///         if let Some(y) = y {
+///             spec = spec.loss(&(y - &m).square().mean(None, false));
+///         }
+///         Ok(if mode == Mode::Train { spec.optimizer(kiln_optim::Sgd::new(0.5)) } else { spec })
+///     }
+/// }
+/// // one batch of four examples with labels 0, 1, 2, 3, over and over
+/// let batch = (kiln::Array::zeros(&[4, 1], kiln::DType::F64),
+///              kiln::Array::from_vec(vec![0.0, 1.0, 2.0, 3.0], &[4])?);
+/// let input = Dataset::from_slices(vec![batch]).repeat(None);
+/// let mut est = Estimator::new(Mean, RunConfig::new().progress(false))?;
+/// est.train(&input, Until::Steps(40), &mut [])?;
+/// let metrics = est.evaluate(&Dataset::from_slices(vec![(kiln::Array::zeros(&[1, 1], kiln::DType::F64),
+///     kiln::Array::from_vec(vec![1.5], &[1])?)]), None, None)?;
+/// assert!(metrics["loss"] < 1e-9); // m learned the mean, 1.5
+/// assert_eq!(est.global_step(), 40);
+/// # Ok::<(), kiln_train::Error>(())
+/// ```
+pub struct Estimator<M: Model> {
+    model: M,
+    config: RunConfig,
+    session: Session,
+}
+
+/// A training batch cut into micro-batches, with the input cursor after it.
+type Staged<B> = (Result<Vec<B>>, Option<Cursor>);
+
+impl<M: Model> Estimator<M> {
+    /// An estimator; with a model directory holding checkpoints, it resumes from the newest
+    /// (parameters, optimizer state, global step, seed, learning-rate scale, input
+    /// cursor), and the seed is the checkpoint's.
+    pub fn new(model: M, config: RunConfig) -> Result<Estimator<M>> {
+        const OP: &str = "Estimator::new";
+        config.check()?;
+        let mut session = Session {
+            variables: Variables::new(config.seed),
+            optimizer: None,
+            pending_optimizer: None,
+            global_step: 0,
+            seed: config.seed,
+            lr_scale: 1.0,
+            input: None,
+            saved_step: None,
+            saved_at: Instant::now(),
+        };
+        let latest = match &config.model_dir {
+            Some(dir) => {
+                std::fs::create_dir_all(dir).map_err(|e| Error::io(OP, dir, e))?;
+                checkpoint::remove_temporaries(dir);
+                checkpoint::latest_checkpoint(dir)?
+            }
+            None => None,
+        };
+        if let Some(path) = latest {
+            let ckpt = checkpoint::read_checkpoint(&path)?;
+            session.variables = Variables::new(ckpt.seed);
+            session.seed = ckpt.seed;
+            session.global_step = ckpt.global_step;
+            session.lr_scale = ckpt.lr_scale;
+            session.input = ckpt.input;
+            session.pending_optimizer = ckpt.optimizer;
+            session.saved_step = Some(ckpt.global_step);
+            session.variables.set_restore(Some(Pending {
+                source: path.display().to_string(),
+                tensors: ckpt.parameters.into_iter().collect(),
+            }));
+        } else if let Some(warm) = &config.warm_start {
+            let file = kiln_io::read_safetensors(&warm.path)?;
+            let mut tensors: HashMap<String, Array> = file
+                .into_tensors()
+                .into_iter()
+                .filter(|(n, _)| !n.starts_with(kiln_optim::OPTIMIZER_PREFIX))
+                .collect();
+            if let Some(names) = &warm.names {
+                for n in names {
+                    if !tensors.contains_key(n) {
+                        let mut have: Vec<&String> = tensors.keys().collect();
+                        have.sort();
+                        return Err(Error::checkpoint(
+                            OP,
+                            &warm.path,
+                            format!(
+                                "the warm start asks for {n:?}, which it does not hold (it \
+                                 holds {have:?})"
+                            ),
+                        ));
+                    }
+                }
+                tensors.retain(|n, _| names.contains(n));
+            }
+            session.variables.set_warm(Some(Pending {
+                source: warm.path.display().to_string(),
+                tensors,
+            }));
+        }
+        Ok(Estimator {
+            model,
+            config,
+            session,
+        })
+    }
+
+    /// The model.
+    pub fn model(&self) -> &M {
+        &self.model
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &RunConfig {
+        &self.config
+    }
+
+    /// The number of updates so far (restored from a checkpoint included).
+    pub fn global_step(&self) -> u64 {
+        self.session.global_step
+    }
+
+    /// The run's seed (a resumed run's is its checkpoint's).
+    pub fn seed(&self) -> u64 {
+        self.session.seed
+    }
+
+    /// The variables created so far.
+    pub fn variables(&self) -> &Variables {
+        &self.session.variables
+    }
+
+    /// The optimizer, once the first training step has created it.
+    pub fn optimizer(&self) -> Option<&(dyn Optimizer + Send)> {
+        self.session.optimizer.as_deref()
+    }
+
+    /// Where the training input stands (the next `train` continues from it).
+    pub fn input_cursor(&self) -> Option<&Cursor> {
+        self.session.input.as_ref()
+    }
+
+    /// Makes the next `train` read its input from the start.
+    pub fn reset_input(&mut self) {
+        self.session.input = None;
+    }
+
+    /// Writes a checkpoint of the current state now (into the model directory) and returns
+    /// its path.
+    pub fn save_checkpoint(&mut self) -> Result<PathBuf> {
+        let Some(dir) = self.config.model_dir.clone() else {
+            return Err(Error::invalid(
+                "Estimator::save_checkpoint",
+                "the estimator has no model_dir: set one with RunConfig::model_dir",
+            ));
+        };
+        self.session.save(&dir, self.config.keep_max)
+    }
+
+    /// Trains until `until` (or the input ends, or a hook stops it), running `hooks` around
+    /// every step, and saves a checkpoint at the end when there is a model directory and
+    /// `save_every_steps` or `save_every_secs` is set.
+    ///
+    /// The input yields global batches as `(features, labels)`; it continues from where the
+    /// last `train` (or the restored checkpoint) left it.
+    pub fn train(
+        &mut self,
+        input: &Dataset<(M::Features, M::Labels)>,
+        until: Until,
+        hooks: &mut [&mut dyn Hook<M>],
+    ) -> Result<TrainReport> {
+        let target = until.target(self.session.global_step);
+        let mut report = TrainReport {
+            global_step: self.session.global_step,
+            steps: 0,
+            last_loss: f64::NAN,
+            stopped_by: "target".into(),
+            input_wait: Duration::ZERO,
+            checkpoint: None,
+        };
+        if self.session.global_step >= target {
+            return Ok(report);
+        }
+        let iter = match &self.session.input {
+            Some(c) => input.iter_from(c)?,
+            None => input.iter(),
+        };
+        let mut feed = Feed::start(iter, self.config.strategy.clone(), self.config.prefetch)?;
+        let mut saver = (self.config.model_dir.is_some()
+            && (self.config.save_every_steps.is_some() || self.config.save_every_secs.is_some()))
+        .then(|| CheckpointSaver::new(self.config.save_every_steps, self.config.save_every_secs));
+        let mut logger = self.config.log_every.map(|n| match &self.config.model_dir {
+            Some(dir) => StepLog::to_file(dir.join("train.jsonl"), n),
+            None => Ok(StepLog::to_stderr(n)),
+        });
+        let mut logger = match logger.take() {
+            Some(Ok(l)) => Some(l),
+            Some(Err(e)) => return Err(e),
+            None => None,
+        };
+        let progress = (self.config.progress && std::io::stderr().is_terminal()).then(|| {
+            let bar = indicatif::ProgressBar::new(target - self.session.global_step);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{bar:40} {pos}/{len} steps, {per_sec}, eta {eta} {msg}",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            bar
+        });
+        let mut stop: Option<String> = None;
+        {
+            let mut all: Vec<&mut dyn Hook<M>> = Vec::with_capacity(hooks.len() + 2);
+            for h in hooks.iter_mut() {
+                all.push(&mut **h);
+            }
+            if let Some(s) = saver.as_mut() {
+                all.push(s);
+            }
+            if let Some(l) = logger.as_mut() {
+                all.push(l);
+            }
+            let result = self.train_loop(
+                &mut all,
+                target,
+                &mut feed,
+                &mut stop,
+                &progress,
+                &mut report,
+            );
+            if let Some(bar) = &progress {
+                bar.finish_and_clear();
+            }
+            result?;
+            let mut cx = RunContext::new(&self.model, &self.config, &mut self.session, &mut stop);
+            for h in all.iter_mut() {
+                h.end(&mut cx)?;
+            }
+        }
+        report.input_wait = feed.wait();
+        report.global_step = self.session.global_step;
+        report.checkpoint = saver.and_then(|s| s.last_saved());
+        Ok(report)
+    }
+
+    fn train_loop(
+        &mut self,
+        hooks: &mut [&mut dyn Hook<M>],
+        target: u64,
+        feed: &mut Feed<(M::Features, M::Labels)>,
+        stop: &mut Option<String>,
+        progress: &Option<indicatif::ProgressBar>,
+        report: &mut TrainReport,
+    ) -> Result<()> {
+        {
+            let mut cx = RunContext::new(&self.model, &self.config, &mut self.session, stop);
+            for h in hooks.iter_mut() {
+                h.begin(&mut cx)?;
+            }
+        }
+        while self.session.global_step < target {
+            if let Some(reason) = stop.take() {
+                report.stopped_by = reason;
+                return Ok(());
+            }
+            if let Some(h) = hooks.iter().find(|h| h.should_stop()) {
+                report.stopped_by = format!("a hook ({})", h.name());
+                return Ok(());
+            }
+            for h in hooks.iter_mut() {
+                h.before_step(self.session.global_step + 1)?;
+            }
+            let wait_start = Instant::now();
+            let Some((micro, cursor)) = feed.next() else {
+                report.stopped_by = "input ended".into();
+                return Ok(());
+            };
+            let waited = wait_start.elapsed();
+            let micro = micro?;
+            let examples: usize = micro.iter().filter_map(|b| b.batch_len()).sum();
+            let start = Instant::now();
+            let (loss, lr) = train_step(
+                &self.model,
+                &mut self.session,
+                &self.config.strategy,
+                &micro,
+            )?;
+            let step_time = start.elapsed();
+            self.session.global_step += 1;
+            self.session.input = cursor;
+            report.steps += 1;
+            report.last_loss = loss;
+            let info = StepInfo {
+                step: self.session.global_step,
+                loss,
+                learning_rate: lr,
+                examples,
+                step_time,
+                input_wait: waited,
+            };
+            let mut cx = RunContext::new(&self.model, &self.config, &mut self.session, stop);
+            for h in hooks.iter_mut() {
+                h.after_step(&mut cx, &info)?;
+            }
+            if let Some(bar) = progress {
+                bar.inc(1);
+                bar.set_message(format!("loss {loss:.4}"));
+            }
+        }
+        if let Some(reason) = stop.take() {
+            report.stopped_by = reason;
+        }
+        Ok(())
+    }
+
+    /// Evaluates the model on `input` (at most `steps` batches; `None`: all of it), with the
+    /// estimator's current parameters, or with `checkpoint`'s (read into a separate store:
+    /// the estimator is unchanged). Returns every metric, `loss` (the mean over examples)
+    /// and `global_step`.
+    pub fn evaluate(
+        &mut self,
+        input: &Dataset<(M::Features, M::Labels)>,
+        steps: Option<u64>,
+        checkpoint: Option<&Path>,
+    ) -> Result<Metrics> {
+        match checkpoint {
+            None => {
+                let step = self.session.global_step;
+                evaluate(&self.model, &mut self.session.variables, step, input, steps)
+            }
+            Some(path) => {
+                let (mut vars, step) = variables_from(path)?;
+                evaluate(&self.model, &mut vars, step, input, steps)
+            }
+        }
+    }
+
+    /// Predictions for every example of `input`, streamed batch by batch, with the current
+    /// parameters or `checkpoint`'s (the estimator is unchanged).
+    pub fn predict<'a>(
+        &'a mut self,
+        input: &Dataset<M::Features>,
+        checkpoint: Option<&Path>,
+    ) -> Result<Predictions<'a, M>> {
+        let (vars, step) = match checkpoint {
+            None => (
+                Vars::Borrowed(&mut self.session.variables),
+                self.session.global_step,
+            ),
+            Some(path) => {
+                let (v, s) = variables_from(path)?;
+                (Vars::Owned(Box::new(v)), s)
+            }
+        };
+        Ok(Predictions {
+            model: &self.model,
+            vars,
+            step,
+            iter: input.iter(),
+            ready: VecDeque::new(),
+        })
+    }
+}
+
+/// A variable store that creates every variable from checkpoint `path`.
+fn variables_from(path: &Path) -> Result<(Variables, u64)> {
+    let ckpt = checkpoint::read_checkpoint(path)?;
+    let mut vars = Variables::new(ckpt.seed);
+    vars.set_restore(Some(Pending {
+        source: path.display().to_string(),
+        tensors: ckpt.parameters.into_iter().collect(),
+    }));
+    Ok((vars, ckpt.global_step))
+}
+
+/// The input feed of a `train` call: batches cut into micro-batches, on a producer thread
+/// through a staging area, or on the calling thread with no prefetch.
+enum Feed<B: Batch> {
+    Inline {
+        iter: DatasetIter<B>,
+        strategy: Strategy,
+        wait: Duration,
+    },
+    Staged {
+        area: StagingArea<Staged<B>>,
+        thread: Option<std::thread::JoinHandle<()>>,
+    },
+}
+
+fn cut<B: Batch>(strategy: &Strategy, batch: Result<B>) -> Result<Vec<B>> {
+    let batch = batch?;
+    match strategy {
+        Strategy::OneDevice => Ok(vec![batch]),
+        _ => strategy.distribute(&batch),
+    }
+}
+
+impl<B: Batch> Feed<B> {
+    fn start(iter: DatasetIter<B>, strategy: Strategy, prefetch: usize) -> Result<Feed<B>> {
+        if prefetch == 0 {
+            return Ok(Feed::Inline {
+                iter,
+                strategy,
+                wait: Duration::ZERO,
+            });
+        }
+        let area = StagingArea::new(prefetch)?;
+        let producer = area.clone();
+        let thread = std::thread::spawn(move || {
+            let mut iter = iter;
+            while let Some(item) = iter.next() {
+                let failed = item.is_err();
+                let staged = (cut(&strategy, item), Some(iter.cursor()));
+                if producer.put(staged).is_err() || failed {
+                    break;
+                }
+            }
+            producer.close();
+        });
+        Ok(Feed::Staged {
+            area,
+            thread: Some(thread),
+        })
+    }
+
+    fn next(&mut self) -> Option<Staged<B>> {
+        match self {
+            Feed::Inline {
+                iter,
+                strategy,
+                wait,
+            } => {
+                let start = Instant::now();
+                let item = iter.next()?;
+                let out = (cut(strategy, item), Some(iter.cursor()));
+                *wait += start.elapsed();
+                Some(out)
+            }
+            Feed::Staged { area, .. } => area.get(),
+        }
+    }
+
+    fn wait(&self) -> Duration {
+        match self {
+            Feed::Inline { wait, .. } => *wait,
+            Feed::Staged { area, .. } => area.stats().get_wait,
+        }
+    }
+}
+
+impl<B: Batch> Drop for Feed<B> {
+    fn drop(&mut self) {
+        if let Feed::Staged { area, thread } = self {
+            area.close();
+            area.clear();
+            if let Some(t) = thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+/// One micro-batch's training graph: the weighted loss and the trainable variables'
+/// gradients of it.
+struct MicroGraph {
+    loss: Array,
+    params: Vec<Arc<Parameter>>,
+    grads: Vec<Array>,
+}
+
+/// One training step on `micro` (the global batch's micro-batches); returns the loss (the
+/// mean over the global batch) and the learning rate used.
+fn train_step<M: Model>(
+    model: &M,
+    session: &mut Session,
+    strategy: &Strategy,
+    micro: &[(M::Features, M::Labels)],
+) -> Result<(f64, f64)> {
+    const OP: &str = "Estimator::train";
+    let lens: Vec<usize> = micro.iter().map(|b| b.batch_len().unwrap_or(1)).collect();
+    let total: usize = lens.iter().sum();
+    let mut graphs = Vec::with_capacity(micro.len());
+    let mut spec_optimizer = None;
+    for (i, (features, labels)) in micro.iter().enumerate() {
+        let mut cx = Context::new(&mut session.variables, Mode::Train, session.global_step, i);
+        let spec = model.model_fn(features, Some(labels), Mode::Train, &mut cx)?;
+        spec.check(OP, Mode::Train)?;
+        let used = cx.into_used();
+        let chosen = trainable(OP, used, spec.trainable.as_deref())?;
+        let Some(loss) = spec.loss else {
+            unreachable!("checked above")
+        };
+        let loss = if micro.len() == 1 {
+            loss
+        } else {
+            loss.try_mul(lens[i] as f64 / total as f64)?
+        };
+        let values: Vec<&Array> = chosen.iter().map(|(_, v)| v).collect();
+        let grads = kiln::grad(&loss, &values)?;
+        if spec_optimizer.is_none() {
+            spec_optimizer = spec.optimizer;
+        }
+        graphs.push(MicroGraph {
+            loss,
+            params: chosen.into_iter().map(|(p, _)| p).collect(),
+            grads,
+        });
+    }
+    for (i, g) in graphs.iter().enumerate().skip(1) {
+        if g.params.len() != graphs[0].params.len()
+            || g.params
+                .iter()
+                .zip(&graphs[0].params)
+                .any(|(a, b)| !Arc::ptr_eq(a, b))
+        {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "micro-batch {i} trains other variables than micro-batch 0: the model \
+                     function must use the same variables for every batch"
+                ),
+            ));
+        }
+    }
+    let Some(spec_optimizer) = spec_optimizer else {
+        unreachable!("checked above")
+    };
+    let lr = spec_optimizer.learning_rate() * session.lr_scale;
+    if session.optimizer.is_none() {
+        let mut opt = spec_optimizer;
+        if let Some(state) = session.pending_optimizer.take() {
+            if let Err(e) = opt.load_state(&state) {
+                session.pending_optimizer = Some(state);
+                return Err(e.into());
+            }
+        }
+        session.optimizer = Some(opt);
+    }
+    let params: Vec<&Parameter> = graphs[0].params.iter().map(|p| &**p).collect();
+    let Some(opt) = session.optimizer.as_mut() else {
+        unreachable!("set above")
+    };
+    opt.set_learning_rate(lr);
+    if graphs.len() == 1 {
+        let g = &graphs[0];
+        opt.step(&params, &g.grads, &[&g.loss])?;
+        return Ok((g.loss.cast(DType::F64).item::<f64>()?, lr));
+    }
+    let per = strategy.run(graphs.len(), |i| {
+        let g = &graphs[i];
+        let mut outs: Vec<&Array> = Vec::with_capacity(g.grads.len() + 1);
+        outs.push(&g.loss);
+        outs.extend(&g.grads);
+        kiln::eval(&outs)?;
+        Ok(())
+    })?;
+    drop(per);
+    let grads: Vec<Vec<Array>> = graphs.iter().map(|g| g.grads.clone()).collect();
+    let reduced = crate::strategy::batch_reduce(ReduceOp::Sum, &grads)?;
+    let losses: Vec<Vec<f64>> = graphs
+        .iter()
+        .map(|g| Ok(vec![g.loss.cast(DType::F64).item::<f64>()?]))
+        .collect::<Result<_>>()?;
+    let loss = crate::tree_sum(losses)[0];
+    opt.step(&params, &reduced, &[])?;
+    Ok((loss, lr))
+}
+
+/// The evaluation loop shared by [`Estimator::evaluate`] and the hooks.
+pub(crate) fn evaluate<M: Model>(
+    model: &M,
+    vars: &mut Variables,
+    global_step: u64,
+    input: &Dataset<(M::Features, M::Labels)>,
+    steps: Option<u64>,
+) -> Result<Metrics> {
+    const OP: &str = "Estimator::evaluate";
+    let mut loss_sum = 0.0;
+    let mut examples = 0usize;
+    let mut sums: Vec<(String, f64, f64)> = Vec::new();
+    for (k, batch) in input.iter().enumerate() {
+        if steps.is_some_and(|s| k as u64 >= s) {
+            break;
+        }
+        let batch = batch?;
+        let n = batch.batch_len_checked(OP)?;
+        let (features, labels) = batch;
+        let mut cx = Context::new(vars, Mode::Eval, global_step, 0);
+        let spec = model.model_fn(&features, Some(&labels), Mode::Eval, &mut cx)?;
+        spec.check(OP, Mode::Eval)?;
+        let Some(loss) = &spec.loss else {
+            unreachable!("checked above")
+        };
+        let loss = loss.cast(DType::F64);
+        let mut parts = Vec::with_capacity(spec.metrics.len());
+        for (name, m) in &spec.metrics {
+            parts.push((name, m.parts()?));
+        }
+        let mut outs: Vec<&Array> = vec![&loss];
+        for (_, (t, c)) in &parts {
+            outs.push(t);
+            outs.push(c);
+        }
+        kiln::eval(&outs)?;
+        loss_sum += loss.item::<f64>()? * n as f64;
+        examples += n;
+        if sums.is_empty() {
+            sums = parts
+                .iter()
+                .map(|(n, _)| ((*n).clone(), 0.0, 0.0))
+                .collect();
+        }
+        if sums.len() != parts.len() || sums.iter().zip(&parts).any(|(s, p)| &s.0 != p.0) {
+            return Err(Error::invalid(
+                OP,
+                "the model function returned other metrics for a later batch: return the \
+                 same metrics, in the same order, for every batch",
+            ));
+        }
+        for (s, (_, (t, c))) in sums.iter_mut().zip(&parts) {
+            s.1 += t.item::<f64>()?;
+            s.2 += c.item::<f64>()?;
+        }
+    }
+    let mut out = Metrics::new();
+    out.insert(
+        "loss".into(),
+        if examples == 0 {
+            f64::NAN
+        } else {
+            loss_sum / examples as f64
+        },
+    );
+    out.insert("global_step".into(), global_step as f64);
+    for (name, total, count) in sums {
+        out.insert(name, total / count);
+    }
+    Ok(out)
+}
+
+/// The example count of a `(features, labels)` batch, or an error naming the operation.
+trait BatchLen {
+    fn batch_len_checked(&self, op: &'static str) -> Result<usize>;
+}
+
+impl<B: Batch> BatchLen for B {
+    fn batch_len_checked(&self, op: &'static str) -> Result<usize> {
+        self.batch_len().ok_or_else(|| {
+            Error::invalid(
+                op,
+                "a batch without a batch axis (all `()`): give features a leading axis",
+            )
+        })
+    }
+}
+
+enum Vars<'a> {
+    Borrowed(&'a mut Variables),
+    Owned(Box<Variables>),
+}
+
+impl Vars<'_> {
+    fn get(&mut self) -> &mut Variables {
+        match self {
+            Vars::Borrowed(v) => v,
+            Vars::Owned(v) => v,
+        }
+    }
+}
+
+/// The predictions of [`Estimator::predict`], one example at a time.
+pub struct Predictions<'a, M: Model> {
+    model: &'a M,
+    vars: Vars<'a>,
+    step: u64,
+    iter: DatasetIter<M::Features>,
+    ready: VecDeque<Prediction>,
+}
+
+impl<M: Model> Predictions<'_, M> {
+    fn fill(&mut self) -> Result<bool> {
+        const OP: &str = "Estimator::predict";
+        let Some(features) = self.iter.next() else {
+            return Ok(false);
+        };
+        let features = features?;
+        let n = features.batch_len_checked(OP)?;
+        let mut cx = Context::new(self.vars.get(), Mode::Predict, self.step, 0);
+        let spec = self
+            .model
+            .model_fn(&features, None, Mode::Predict, &mut cx)?;
+        spec.check(OP, Mode::Predict)?;
+        let arrays: Vec<&Array> = spec.predictions.iter().map(|(_, a)| a).collect();
+        kiln::eval(&arrays)?;
+        let mut rows: Vec<Prediction> = (0..n).map(|_| Prediction::new()).collect();
+        for (name, a) in &spec.predictions {
+            if a.shape()[0] != n {
+                return Err(Error::Spec {
+                    op: OP,
+                    mode: Mode::Predict,
+                    missing: "predictions",
+                    hint: format!(
+                        "prediction {name:?} has shape {:?}, but the batch holds {n} \
+                         examples: put the batch on the first axis",
+                        a.shape()
+                    ),
+                });
+            }
+            for (row, part) in rows.iter_mut().zip(a.split(&vec![1; n])?) {
+                row.insert(name.clone(), part.reshape(&shape_of(&a.shape()[1..])));
+            }
+        }
+        self.ready.extend(rows);
+        Ok(true)
+    }
+}
+
+fn shape_of(s: &[usize]) -> Vec<isize> {
+    s.iter().map(|&d| d as isize).collect()
+}
+
+impl<M: Model> Iterator for Predictions<'_, M> {
+    type Item = Result<Prediction>;
+
+    fn next(&mut self) -> Option<Result<Prediction>> {
+        loop {
+            if let Some(p) = self.ready.pop_front() {
+                return Some(Ok(p));
+            }
+            match self.fill() {
+                Ok(true) => {}
+                Ok(false) => return None,
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+}

@@ -1,0 +1,437 @@
+//! Distribution strategies: [`Strategy::OneDevice`] (one graph per step: forward, backward
+//! and update in one evaluation) and [`Strategy::Mirrored`] (replicas on threads over one
+//! set of parameters), with the values and collectives they use: [`PerReplica`],
+//! [`Mirrored`], [`ReduceOp`], [`Strategy::reduce`] and [`Strategy::batch_reduce`].
+//!
+//! **Results do not depend on the number of replicas.** A global batch is cut into
+//! micro-batches of a fixed size; each micro-batch's loss is weighted by its share of the
+//! examples and differentiated on its own; the replicas take contiguous runs of
+//! micro-batches; and the gradients are summed over **a fixed binary tree over the
+//! micro-batch index** (pairs `(0,1), (2,3), ...`, then pairs of those, an odd one carried),
+//! so 1, 2 or 4 replicas add the same numbers in the same order and write byte-identical
+//! checkpoints.
+//! The sums run over one flat host buffer per dtype holding every gradient (one pass per
+//! level, not one call per tensor).
+//!
+//! Depends on kiln's public API, `crate::batch`, `crate::error`.
+
+use crate::error::panic_message;
+use crate::{micro_batch_lens, Batch, Error, Result};
+use kiln::{Array, DType};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+/// How an estimator runs a training step.
+///
+/// ```
+/// use kiln_train::Strategy;
+/// let s = Strategy::mirrored(2, 16)?;
+/// assert_eq!(s.replicas(), 2);
+/// assert_eq!(s.micro_batch_lens(40), vec![16, 16, 8]);
+/// assert!(Strategy::mirrored(0, 16).is_err());
+/// # Ok::<(), kiln_train::Error>(())
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Strategy {
+    /// One graph per step on the calling thread.
+    #[default]
+    OneDevice,
+    /// `replicas` threads over one set of parameters; each global batch cut into
+    /// micro-batches of `micro_batch_size` examples (the last may be shorter).
+    Mirrored {
+        /// The number of replica threads.
+        replicas: usize,
+        /// Examples per micro-batch: fix it, and any replica count gives the same bytes.
+        micro_batch_size: usize,
+    },
+}
+
+/// How [`Strategy::reduce`] combines values.
+///
+/// ```
+/// assert_ne!(kiln_train::ReduceOp::Sum, kiln_train::ReduceOp::Mean);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReduceOp {
+    /// The sum.
+    Sum,
+    /// The sum divided by the number of values.
+    Mean,
+}
+
+/// One value per micro-batch (in micro-batch order), computed by the replicas.
+///
+/// ```
+/// let v = kiln_train::PerReplica::new(vec![1, 2, 3]);
+/// assert_eq!(v.values(), &[1, 2, 3]);
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct PerReplica<T> {
+    values: Vec<T>,
+}
+
+impl<T> PerReplica<T> {
+    /// Wraps values in micro-batch order.
+    pub fn new(values: Vec<T>) -> PerReplica<T> {
+        PerReplica { values }
+    }
+
+    /// The values, in micro-batch order.
+    pub fn values(&self) -> &[T] {
+        &self.values
+    }
+
+    /// The values, owned.
+    pub fn into_values(self) -> Vec<T> {
+        self.values
+    }
+
+    /// The number of values.
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+}
+
+/// A value every replica sees the same of (parameters, hyperparameters); an update runs
+/// once and every replica sees its result.
+///
+/// ```
+/// let mut lr = kiln_train::Mirrored::new(0.1f64);
+/// lr.update(|v| Ok(v / 2.0))?;
+/// assert_eq!(*lr.get(), 0.05);
+/// # Ok::<(), kiln_train::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Mirrored<T> {
+    value: Arc<T>,
+}
+
+impl<T> Mirrored<T> {
+    /// Wraps a value.
+    pub fn new(value: T) -> Mirrored<T> {
+        Mirrored {
+            value: Arc::new(value),
+        }
+    }
+
+    /// The value.
+    pub fn get(&self) -> &T {
+        &self.value
+    }
+
+    /// Replaces the value by `f` of it, once for all replicas; on error nothing changes.
+    pub fn update(&mut self, f: impl FnOnce(&T) -> Result<T>) -> Result<()> {
+        self.value = Arc::new(f(&self.value)?);
+        Ok(())
+    }
+
+    /// A handle per replica (all the same value).
+    pub fn per_replica(&self, replicas: usize) -> PerReplica<Arc<T>> {
+        PerReplica::new(vec![self.value.clone(); replicas])
+    }
+}
+
+impl Strategy {
+    /// Mirrored replicas with a fixed micro-batch size (both at least 1).
+    pub fn mirrored(replicas: usize, micro_batch_size: usize) -> Result<Strategy> {
+        if replicas == 0 || micro_batch_size == 0 {
+            return Err(Error::invalid(
+                "Strategy::mirrored",
+                format!(
+                    "{replicas} replicas with micro-batches of {micro_batch_size}: pass at least \
+                     1 of each"
+                ),
+            ));
+        }
+        Ok(Strategy::Mirrored {
+            replicas,
+            micro_batch_size,
+        })
+    }
+
+    /// The number of replicas (1 for one device).
+    pub fn replicas(&self) -> usize {
+        match self {
+            Strategy::OneDevice => 1,
+            Strategy::Mirrored { replicas, .. } => *replicas,
+        }
+    }
+
+    /// The micro-batch lengths of a global batch of `len` examples (one device: one
+    /// micro-batch of all).
+    pub fn micro_batch_lens(&self, len: usize) -> Vec<usize> {
+        match self {
+            Strategy::OneDevice => vec![len],
+            Strategy::Mirrored {
+                micro_batch_size, ..
+            } => micro_batch_lens(len, *micro_batch_size),
+        }
+    }
+
+    /// Cuts a global batch into its micro-batches (dataset distribution: replica `r` gets
+    /// the contiguous run [`Strategy::assignment`] gives it).
+    ///
+    /// ```
+    /// let s = kiln_train::Strategy::mirrored(2, 2)?;
+    /// let parts = s.distribute(&vec![1, 2, 3, 4, 5])?;
+    /// assert_eq!(parts, vec![vec![1, 2], vec![3, 4], vec![5]]);
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
+    pub fn distribute<B: Batch>(&self, batch: &B) -> Result<Vec<B>> {
+        let Some(len) = batch.batch_len() else {
+            return Err(Error::invalid(
+                "Strategy::distribute",
+                "the batch has no batch axis (it is all `()`): give features a leading axis",
+            ));
+        };
+        if len == 0 {
+            return Err(Error::invalid(
+                "Strategy::distribute",
+                "an empty batch: every batch needs at least one example",
+            ));
+        }
+        batch.split(&self.micro_batch_lens(len))
+    }
+
+    /// The micro-batches each replica runs: contiguous, as even as can be (the first
+    /// replicas take one more).
+    ///
+    /// ```
+    /// let s = kiln_train::Strategy::mirrored(2, 1)?;
+    /// assert_eq!(s.assignment(5), vec![0..3, 3..5]);
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
+    pub fn assignment(&self, micro_batches: usize) -> Vec<std::ops::Range<usize>> {
+        let r = self.replicas();
+        let (base, extra) = (micro_batches / r, micro_batches % r);
+        let mut at = 0;
+        (0..r)
+            .map(|i| {
+                let n = base + usize::from(i < extra);
+                let range = at..at + n;
+                at += n;
+                range
+            })
+            .collect()
+    }
+
+    /// Runs `f(i)` for micro-batches `0..micro_batches`, each replica its contiguous run on
+    /// its own thread (replica 0 on the calling thread); the results in micro-batch order.
+    /// A panic in a replica is an [`Error::Replica`]; the first error wins.
+    ///
+    /// ```
+    /// let s = kiln_train::Strategy::mirrored(3, 1)?;
+    /// let squares = s.run(5, |i| Ok(i * i))?;
+    /// assert_eq!(squares.values(), &[0, 1, 4, 9, 16]);
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
+    pub fn run<T: Send>(
+        &self,
+        micro_batches: usize,
+        f: impl Fn(usize) -> Result<T> + Sync,
+    ) -> Result<PerReplica<T>> {
+        let runs = self.assignment(micro_batches);
+        let replica = |r: usize, range: std::ops::Range<usize>| -> Result<Vec<T>> {
+            catch_unwind(AssertUnwindSafe(|| {
+                range.map(&f).collect::<Result<Vec<T>>>()
+            }))
+            .unwrap_or_else(|p| {
+                Err(Error::Replica {
+                    replica: r,
+                    message: panic_message(p.as_ref()),
+                })
+            })
+        };
+        let results: Vec<Result<Vec<T>>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = runs
+                .iter()
+                .enumerate()
+                .skip(1)
+                .filter(|(_, range)| !range.is_empty())
+                .map(|(r, range)| {
+                    let range = range.clone();
+                    let replica = &replica;
+                    scope.spawn(move || replica(r, range))
+                })
+                .collect();
+            let mut out = vec![replica(0, runs[0].clone())];
+            for (h, (r, _)) in handles.into_iter().zip(
+                runs.iter()
+                    .enumerate()
+                    .skip(1)
+                    .filter(|(_, range)| !range.is_empty()),
+            ) {
+                out.push(h.join().unwrap_or_else(|p| {
+                    Err(Error::Replica {
+                        replica: r,
+                        message: panic_message(p.as_ref()),
+                    })
+                }));
+            }
+            out
+        });
+        let mut values = Vec::with_capacity(micro_batches);
+        for r in results {
+            values.extend(r?);
+        }
+        Ok(PerReplica::new(values))
+    }
+
+    /// Combines one array per micro-batch (all of one dtype and shape) over the fixed tree.
+    ///
+    /// ```
+    /// use kiln_train::{PerReplica, ReduceOp, Strategy};
+    /// let v = PerReplica::new(vec![kiln::Array::scalar(1.0f32), kiln::Array::scalar(3.0f32)]);
+    /// let s = Strategy::mirrored(2, 1)?;
+    /// assert_eq!(s.reduce(ReduceOp::Mean, &v)?.item::<f32>()?, 2.0);
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
+    pub fn reduce(&self, op: ReduceOp, values: &PerReplica<Array>) -> Result<Array> {
+        let per: Vec<Vec<Array>> = values.values.iter().map(|a| vec![a.clone()]).collect();
+        let mut out = self.batch_reduce(op, &PerReplica::new(per))?;
+        out.pop().ok_or_else(|| {
+            Error::invalid("Strategy::reduce", "no values to reduce: pass at least one")
+        })
+    }
+
+    /// Combines, for every position `k`, the `k`-th arrays of all micro-batches over the
+    /// fixed tree, through one flat buffer per dtype (one pass per tree level for all of
+    /// them). Float arrays only; position `k` must have one dtype and shape throughout.
+    ///
+    /// ```
+    /// use kiln_train::{PerReplica, ReduceOp, Strategy};
+    /// let g = |a: f64, b: f64| vec![kiln::Array::scalar(a), kiln::Array::from_vec(vec![b, b], &[2]).unwrap()];
+    /// let s = Strategy::OneDevice;
+    /// let sum = s.batch_reduce(ReduceOp::Sum, &PerReplica::new(vec![g(1.0, 2.0), g(3.0, 4.0)]))?;
+    /// assert_eq!(sum[1].to_vec::<f64>()?, vec![6.0, 6.0]);
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
+    pub fn batch_reduce(
+        &self,
+        op: ReduceOp,
+        values: &PerReplica<Vec<Array>>,
+    ) -> Result<Vec<Array>> {
+        batch_reduce(op, &values.values)
+    }
+}
+
+/// See [`Strategy::batch_reduce`].
+pub(crate) fn batch_reduce(op: ReduceOp, items: &[Vec<Array>]) -> Result<Vec<Array>> {
+    const OP: &str = "Strategy::batch_reduce";
+    let Some(first) = items.first() else {
+        return Err(Error::invalid(OP, "no values to reduce: pass at least one"));
+    };
+    for (i, item) in items.iter().enumerate() {
+        if item.len() != first.len() {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "micro-batch 0 has {} arrays and micro-batch {i} has {}: every one needs \
+                     the same list",
+                    first.len(),
+                    item.len()
+                ),
+            ));
+        }
+        for (k, (a, b)) in first.iter().zip(item).enumerate() {
+            if a.dtype() != b.dtype() || a.shape() != b.shape() || !a.dtype().is_float() {
+                return Err(Error::invalid(
+                    OP,
+                    format!(
+                        "array {k} is {:?} {:?} in micro-batch 0 and {:?} {:?} in micro-batch \
+                         {i}: reduce float arrays of one dtype and shape",
+                        a.dtype(),
+                        a.shape(),
+                        b.dtype(),
+                        b.shape()
+                    ),
+                ));
+            }
+        }
+    }
+    let n = items.len();
+    let mut out: Vec<Option<Array>> = vec![None; first.len()];
+    for dtype in [DType::F32, DType::F64] {
+        let positions: Vec<usize> = (0..first.len())
+            .filter(|&k| first[k].dtype() == dtype)
+            .collect();
+        if positions.is_empty() {
+            continue;
+        }
+        match dtype {
+            DType::F32 => {
+                reduce_typed::<f32>(op, n, items, &positions, &mut out, |s, n| s / n as f32)?
+            }
+            _ => reduce_typed::<f64>(op, n, items, &positions, &mut out, |s, n| s / n as f64)?,
+        }
+    }
+    Ok(out.into_iter().flatten().collect())
+}
+
+fn reduce_typed<T>(
+    op: ReduceOp,
+    n: usize,
+    items: &[Vec<Array>],
+    positions: &[usize],
+    out: &mut [Option<Array>],
+    mean: impl Fn(T, usize) -> T,
+) -> Result<()>
+where
+    T: kiln::Element + Copy + std::ops::AddAssign,
+{
+    let sizes: Vec<usize> = positions.iter().map(|&k| items[0][k].size()).collect();
+    let total: usize = sizes.iter().sum();
+    let mut buffers: Vec<Vec<T>> = Vec::with_capacity(n);
+    for item in items {
+        let mut flat = Vec::with_capacity(total);
+        for &k in positions {
+            flat.extend_from_slice(&item[k].to_shared::<T>()?);
+        }
+        buffers.push(flat);
+    }
+    let mut sum = tree_sum(buffers);
+    if op == ReduceOp::Mean {
+        for x in &mut sum {
+            *x = mean(*x, n);
+        }
+    }
+    let mut at = 0;
+    for (&k, &size) in positions.iter().zip(&sizes) {
+        out[k] = Some(Array::from_vec(
+            sum[at..at + size].to_vec(),
+            items[0][k].shape(),
+        )?);
+        at += size;
+    }
+    Ok(())
+}
+
+/// The sum of equal-length buffers over the fixed tree: pairs `(0,1), (2,3), ...`, then
+/// pairs of those, an odd last one carried up unchanged.
+///
+/// ```
+/// // 0.1 + 0.2 is not 0.2 + 0.1 in every order of a longer sum; the tree fixes the order
+/// let s = kiln_train::tree_sum(vec![vec![1.0f32], vec![2.0], vec![3.0]]);
+/// assert_eq!(s, vec![6.0]);
+/// ```
+pub fn tree_sum<T: Copy + std::ops::AddAssign>(mut level: Vec<Vec<T>>) -> Vec<T> {
+    while level.len() > 1 {
+        let mut next = Vec::with_capacity(level.len().div_ceil(2));
+        let mut it = level.into_iter();
+        while let Some(mut a) = it.next() {
+            if let Some(b) = it.next() {
+                for (x, y) in a.iter_mut().zip(&b) {
+                    *x += *y;
+                }
+            }
+            next.push(a);
+        }
+        level = next;
+    }
+    level.pop().unwrap_or_default()
+}
