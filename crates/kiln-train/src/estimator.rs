@@ -530,7 +530,16 @@ impl<M: Model> Estimator<M> {
             return Ok(report);
         }
         let iter = match &self.session.input {
-            Some(c) => input.iter_from(c)?,
+            Some(c) => input.iter_from(c).map_err(|e| {
+                Error::invalid(
+                    "Estimator::train",
+                    format!(
+                        "the input does not continue where the last train call (or the \
+                         restored checkpoint) left off: {e}; to train on another input, call \
+                         Estimator::reset_input first"
+                    ),
+                )
+            })?,
             None => input.iter(),
         };
         let mut feed = Feed::start(iter, self.config.strategy.clone(), self.config.prefetch)?;

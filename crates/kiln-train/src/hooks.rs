@@ -202,11 +202,9 @@ pub trait Hook<M: Model> {
 
     /// The hook's name, for reports.
     fn name(&self) -> String {
-        std::any::type_name::<Self>()
-            .rsplit("::")
-            .next()
-            .unwrap_or("hook")
-            .to_string()
+        let full = std::any::type_name::<Self>();
+        let path = full.split('<').next().unwrap_or(full);
+        path.rsplit("::").next().unwrap_or(path).to_string()
     }
 }
 
@@ -275,7 +273,9 @@ impl CheckpointSaver {
 
 impl<M: Model> Hook<M> for CheckpointSaver {
     fn after_step(&mut self, cx: &mut RunContext<'_, M>, step: &StepInfo) -> Result<()> {
-        let by_steps = self.every_steps.is_some_and(|n| step.step.is_multiple_of(n));
+        let by_steps = self
+            .every_steps
+            .is_some_and(|n| step.step.is_multiple_of(n));
         let by_time = self
             .every_secs
             .is_some_and(|s| cx.last_saved_at().elapsed().as_secs_f64() >= s);
