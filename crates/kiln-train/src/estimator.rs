@@ -269,6 +269,16 @@ pub struct Snapshot {
     optimizer: Option<OptimizerState>,
 }
 
+impl Snapshot {
+    /// The value a parameter had, by name.
+    pub fn get(&self, name: &str) -> Option<&Array> {
+        self.values
+            .iter()
+            .find(|(p, _)| p.name() == name)
+            .map(|(_, v)| v)
+    }
+}
+
 impl Session {
     pub(crate) fn snapshot(&self) -> Snapshot {
         Snapshot {
@@ -281,6 +291,13 @@ impl Session {
                 .collect(),
             optimizer: self.optimizer.as_ref().map(|o| o.state()),
         }
+    }
+
+    pub(crate) fn restore_parameters(&mut self, s: &Snapshot) -> Result<()> {
+        for (p, v) in &s.values {
+            p.assign(v.clone())?;
+        }
+        Ok(())
     }
 
     pub(crate) fn restore(&mut self, s: &Snapshot) -> Result<()> {
@@ -838,6 +855,7 @@ fn train_step<M: Model>(
     let total: usize = lens.iter().sum();
     let mut graphs = Vec::with_capacity(micro.len());
     let mut spec_optimizer = None;
+    let mut clip = None;
     for (i, (features, labels)) in micro.iter().enumerate() {
         let mut cx = Context::new(&mut session.variables, Mode::Train, session.global_step, i);
         let spec = model.model_fn(features, Some(labels), Mode::Train, &mut cx)?;
@@ -856,6 +874,7 @@ fn train_step<M: Model>(
         let grads = kiln::grad(&loss, &values)?;
         if spec_optimizer.is_none() {
             spec_optimizer = spec.optimizer;
+            clip = spec.clip_global_norm;
         }
         graphs.push(MicroGraph {
             loss,
@@ -900,7 +919,11 @@ fn train_step<M: Model>(
     opt.set_learning_rate(lr);
     if graphs.len() == 1 {
         let g = &graphs[0];
-        opt.step(&params, &g.grads, &[&g.loss])?;
+        let grads = match clip {
+            Some(c) => kiln_optim::clip_by_global_norm(&g.grads, c)?.0,
+            None => g.grads.clone(),
+        };
+        opt.step(&params, &grads, &[&g.loss])?;
         return Ok((g.loss.cast(DType::F64).item::<f64>()?, lr));
     }
     let per = strategy.run(graphs.len(), |i| {
@@ -913,7 +936,10 @@ fn train_step<M: Model>(
     })?;
     drop(per);
     let grads: Vec<Vec<Array>> = graphs.iter().map(|g| g.grads.clone()).collect();
-    let reduced = crate::strategy::batch_reduce(ReduceOp::Sum, &grads)?;
+    let mut reduced = crate::strategy::batch_reduce(ReduceOp::Sum, &grads)?;
+    if let Some(c) = clip {
+        reduced = kiln_optim::clip_by_global_norm(&reduced, c)?.0;
+    }
     let losses: Vec<Vec<f64>> = graphs
         .iter()
         .map(|g| Ok(vec![g.loss.cast(DType::F64).item::<f64>()?]))

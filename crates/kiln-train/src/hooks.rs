@@ -154,6 +154,12 @@ impl<'a, M: Model> RunContext<'a, M> {
         self.session.snapshot()
     }
 
+    /// Puts back a snapshot's parameters only (the optimizer's moments, the global step
+    /// and the input go on).
+    pub fn restore_parameters(&mut self, snapshot: &Snapshot) -> Result<()> {
+        self.session.restore_parameters(snapshot)
+    }
+
     /// Puts back a snapshot's parameters and optimizer state (the global step and input
     /// go on).
     pub fn restore(&mut self, snapshot: &Snapshot) -> Result<()> {

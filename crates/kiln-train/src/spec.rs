@@ -136,6 +136,9 @@ pub struct Spec {
     /// The optimizer and its hyperparameters for this step (its learning rate is read every
     /// step; its state lives in the estimator).
     pub optimizer: Option<Box<dyn Optimizer + Send>>,
+    /// Scale the gradients so their global L2 norm is at most this before the update
+    /// (after the replicas' reduction).
+    pub clip_global_norm: Option<f64>,
 }
 
 impl std::fmt::Debug for Spec {
@@ -151,6 +154,7 @@ impl std::fmt::Debug for Spec {
                 &self.metrics.iter().map(|m| &m.0).collect::<Vec<_>>(),
             )
             .field("trainable", &self.trainable)
+            .field("clip_global_norm", &self.clip_global_norm)
             .field(
                 "optimizer",
                 &self
@@ -207,6 +211,17 @@ impl Spec {
         self
     }
 
+    /// Clips the gradients to a global L2 norm of at most `max_norm` before the update.
+    ///
+    /// ```
+    /// let spec = kiln_train::Spec::new().clip_global_norm(5.0);
+    /// assert_eq!(spec.clip_global_norm, Some(5.0));
+    /// ```
+    pub fn clip_global_norm(mut self, max_norm: f64) -> Spec {
+        self.clip_global_norm = Some(max_norm);
+        self
+    }
+
     /// Checks that the spec has what `mode` needs: a float scalar `loss` (train and eval),
     /// an `optimizer` (train), `predictions` (predict), and distinct prediction and metric
     /// names. The error names the missing field; `op` is the operation the user called.
@@ -241,6 +256,14 @@ impl Spec {
                 "optimizer",
                 "set one with Spec::optimizer (e.g. kiln_optim::Adam::new(1e-3))".into(),
             ));
+        }
+        if let Some(c) = self.clip_global_norm {
+            if c.is_nan() || c < 0.0 {
+                return Err(missing(
+                    "clip_global_norm",
+                    format!("a norm of {c} cannot clip: pass a number ≥ 0 (infinity: no clipping)"),
+                ));
+            }
         }
         if mode == Mode::Predict && self.predictions.is_empty() {
             return Err(missing(

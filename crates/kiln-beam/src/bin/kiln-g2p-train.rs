@@ -9,30 +9,35 @@
 //!     --out crates/kiln-beam/models/g2p-attention.safetensors --g2p-en data/g2p_en/checkpoint20.npz
 //! ```
 //!
-//! Training: Adam, mini-batches of words sorted by length (shuffled batch order per epoch,
-//! seeded), global-norm clipping at 5, the learning rate halved whenever the dev-set loss does
-//! not improve; the weights of the best dev loss are kept. Prints one JSON line per epoch and one
-//! per evaluated model (`serde_json` records; a NaN or infinite number, such as a diverged loss,
-//! is written `null`), and, when stderr is a terminal, a progress bar of each epoch's steps
-//! (`indicatif`).
+//! Training runs on kiln-train's [`Estimator`]: Adam, mini-batches of words sorted by length
+//! (shuffled batch order per epoch, seeded), global-norm clipping at 5, the learning rate
+//! halved (and the best weights restored) whenever the dev-set loss does not improve; the
+//! weights of the best dev loss are kept. `--replicas N` trains on N mirrored replicas.
+//! The losses and the saved model are bit for bit those of the hand-written loop this
+//! replaced (`tests/g2p_train_port.rs` keeps it as the reference).
+//! Prints one JSON line per epoch and one per evaluated model (`serde_json` records; a NaN or infinite number, such as a diverged loss,
+//! is written `null`), and, when stderr is a terminal, the estimator's progress bar of the
+//! run's steps.
 //!
 //! Options are parsed with `clap` into [`Raw`]; `-c FILE.yml` reads the same keys from a YAML file with `serde_norway` (see `common`), and [`options`] merges the two (the command line wins), applies the defaults and checks every value before anything is read.
 //!
-//! Depends on `common` (options), kiln-beam's, kiln-optim's and kiln's public APIs, `serde_json`
-//! and `indicatif`.
+//! Depends on `common` (options), kiln-beam's, kiln-train's, kiln-optim's and kiln's public
+//! APIs and `serde_json`.
 
 mod common;
 
 use clap::{CommandFactory, Parser};
 use common::{Merge, OptionError};
-use indicatif::{ProgressBar, ProgressStyle};
 use kiln_beam::{
     decode_parallel, error_rates, phoneme_vocab, read_cmudict, AttentionConfig, AttentionModel,
     BeamSearch, Entry, G2p, Scorer, SearchConfig, Split,
 };
-use kiln_optim::{clip_by_global_norm, Adam, Optimizer, Parameter};
+use kiln_optim::Adam;
+use kiln_train::{
+    Context, Dataset, Estimator, Hook, Init, Metric, Mode, RunConfig, RunContext, Snapshot, Spec,
+    StepInfo, Strategy, Until,
+};
 use serde::{Deserialize, Serialize};
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -85,6 +90,12 @@ struct Raw {
     /// Beam for the error rates, 1 to 1024 [default: 1]
     #[arg(long, value_name = "N", value_parser = common::whole::<usize>, allow_hyphen_values = true)]
     beam: Option<usize>,
+    /// Mirrored replicas on threads, 0 to 64 (0: one device, one graph per step) [default: 0]
+    #[arg(long, value_name = "N", value_parser = common::whole::<usize>, allow_hyphen_values = true)]
+    replicas: Option<usize>,
+    /// Words per micro-batch with --replicas, 1 to 65536 [default: 16]
+    #[arg(long, value_name = "N", value_parser = common::whole::<usize>, allow_hyphen_values = true)]
+    micro_batch: Option<usize>,
     /// Load --out and only evaluate it
     #[arg(long)]
     eval_only: bool,
@@ -106,6 +117,8 @@ struct Options {
     max_words: Option<usize>,
     eval_words: Option<usize>,
     beam: usize,
+    replicas: usize,
+    micro_batch: usize,
     eval_only: bool,
     g2p_en: Option<String>,
 }
@@ -147,6 +160,10 @@ fn options(m: &Merge<'_, Raw>) -> Result<Options, OptionError> {
         max_words: m.count("--max-words", |r| r.max_words, 1..=usize::MAX)?,
         eval_words: m.count("--eval-words", |r| r.eval_words, 1..=usize::MAX)?,
         beam: m.count("--beam", |r| r.beam, 1..=MAX_BEAM)?.unwrap_or(1),
+        replicas: m.count("--replicas", |r| r.replicas, 0..=64)?.unwrap_or(0),
+        micro_batch: m
+            .count("--micro-batch", |r| r.micro_batch, 1..=65_536)?
+            .unwrap_or(16),
         eval_only: m.flag(|r| r.eval_only),
         g2p_en: m.any(|r| r.g2p_en.clone()),
     })
@@ -177,17 +194,6 @@ fn shuffle<T>(v: &mut [T], seed: &mut u64) {
         *seed ^= *seed << 17;
         v.swap(i, (*seed % (i as u64 + 1)) as usize);
     }
-}
-
-fn dev_loss(model: &AttentionModel, dev: &[Batch]) -> kiln_beam::Result<f64> {
-    let (mut total, mut tokens) = (0.0, 0usize);
-    for (src, tgt) in dev {
-        let n: usize = tgt.iter().map(|t| t.len() + 1).sum();
-        let loss = model.loss_with_bos(src, tgt, G2p::BOS, G2p::EOS)?;
-        total += loss.item::<f32>()? as f64 * n as f64;
-        tokens += n;
-    }
-    Ok(total / tokens.max(1) as f64)
 }
 
 fn search_config(beam: usize) -> SearchConfig {
@@ -318,81 +324,206 @@ fn run(o: &Options) -> kiln_beam::Result<()> {
     Ok(())
 }
 
+/// The attention model as a kiln-train model function.
+///
+/// The estimator owns the variables; each call hands the network's parameters the
+/// estimator's current values (`assign`), so the loss the network builds reads them and the
+/// gradient is taken with respect to them.
+struct AttentionFn<'a> {
+    net: &'a AttentionModel,
+    lr: f64,
+}
+
+impl kiln_train::Model for AttentionFn<'_> {
+    type Features = Vec<Vec<usize>>;
+    type Labels = Vec<Vec<usize>>;
+
+    fn model_fn(
+        &self,
+        src: &Vec<Vec<usize>>,
+        tgt: Option<&Vec<Vec<usize>>>,
+        mode: Mode,
+        cx: &mut Context<'_>,
+    ) -> kiln_train::Result<Spec> {
+        for p in self.net.parameters() {
+            let v = cx.variable(p.name(), p.shape(), p.dtype(), Init::Value(p.value()))?;
+            p.assign(v)?;
+        }
+        let Some(tgt) = tgt else {
+            return Err(kiln_train::Error::invalid(
+                "kiln-g2p-train",
+                "the attention model function needs phonemes (it trains and evaluates only)",
+            ));
+        };
+        let loss = self
+            .net
+            .loss_with_bos(src, tgt, G2p::BOS, G2p::EOS)
+            .map_err(kiln_train::Error::model)?;
+        // the dev loss is a mean over target tokens (each word's phonemes and </s>)
+        let tokens: usize = tgt.iter().map(|t| t.len() + 1).sum();
+        let mut spec = Spec::new().loss(&loss).metric(
+            "token_loss",
+            Metric::weighted_mean(&loss, &kiln::Array::scalar(tokens as f64)),
+        );
+        if mode == Mode::Train {
+            spec = spec.optimizer(Adam::new(self.lr)).clip_global_norm(5.0);
+        }
+        Ok(spec)
+    }
+}
+
+/// The end of each epoch: the dev loss, a JSON line, and either a new best model (saved to
+/// `--out`) or the best parameters back at half the learning rate.
+struct Epochs<'a> {
+    net: &'a AttentionModel,
+    dev: Dataset<Batch>,
+    steps_per_epoch: u64,
+    lr: f64,
+    out: String,
+    start: Instant,
+    sum: f64,
+    steps: usize,
+    best: f64,
+    best_values: Option<Snapshot>,
+}
+
+impl Epochs<'_> {
+    /// Gives the network the values of `snapshot`, or the estimator's current ones.
+    fn sync<M: kiln_train::Model>(
+        &self,
+        cx: &RunContext<'_, M>,
+        snapshot: Option<&Snapshot>,
+    ) -> kiln_train::Result<()> {
+        for p in self.net.parameters() {
+            let value = match snapshot {
+                Some(s) => s.get(p.name()).cloned(),
+                None => cx
+                    .parameters()
+                    .iter()
+                    .find(|q| q.name() == p.name())
+                    .map(|q| q.value()),
+            };
+            if let Some(v) = value {
+                p.assign(v)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<M: kiln_train::Model<Features = Vec<Vec<usize>>, Labels = Vec<Vec<usize>>>> Hook<M>
+    for Epochs<'_>
+{
+    fn begin(&mut self, cx: &mut RunContext<'_, M>) -> kiln_train::Result<()> {
+        // until a dev loss beats infinity, "the best" is where training started
+        self.best_values = Some(cx.snapshot());
+        Ok(())
+    }
+
+    fn after_step(
+        &mut self,
+        cx: &mut RunContext<'_, M>,
+        step: &StepInfo,
+    ) -> kiln_train::Result<()> {
+        self.sum += step.loss;
+        self.steps += 1;
+        if !step.step.is_multiple_of(self.steps_per_epoch) {
+            return Ok(());
+        }
+        let dev = cx.evaluate(&self.dev, None)?["token_loss"];
+        let lr = self.lr * cx.learning_rate_scale();
+        let stats = kiln::cache_stats();
+        emit(&EpochLine {
+            epoch: (step.step / self.steps_per_epoch) as usize,
+            train_loss: round(self.sum / self.steps.max(1) as f64, 4),
+            dev_loss: round(dev, 4),
+            lr,
+            seconds: round(self.start.elapsed().as_secs_f64(), 1),
+            compiles: stats.misses,
+            cache_hits: stats.hits,
+        });
+        (self.sum, self.steps) = (0.0, 0);
+        if dev < self.best {
+            self.best = dev;
+            self.best_values = Some(cx.snapshot());
+            self.sync(cx, None)?;
+            self.net.save(&self.out).map_err(kiln_train::Error::model)?;
+        } else {
+            // back to the best weights (the optimizer's moments go on), at half the rate
+            if let Some(best) = &self.best_values {
+                cx.restore_parameters(best)?;
+            }
+            cx.set_learning_rate_scale(cx.learning_rate_scale() / 2.0)?;
+        }
+        Ok(())
+    }
+}
+
+/// Trains `model` with kiln-train's estimator: Adam, gradients clipped to a global norm of
+/// 5, the batches sorted by length in a seeded order per epoch, a dev check per epoch
+/// ([`Epochs`]); ends with the best parameters in `model`.
 fn train_model(
     model: &AttentionModel,
     o: &Options,
     train: &[&Entry],
     dev: &[&Entry],
 ) -> kiln_beam::Result<()> {
+    let to_beam = |e: kiln_train::Error| kiln_beam::Error::Invalid {
+        op: "kiln-g2p-train",
+        message: e.to_string(),
+    };
     let mut train_batches = batches(train, o.batch);
     let dev_batches = batches(&dev[..dev.len().min(2000)], 256);
-    let params: Vec<&Parameter> = model.parameters().iter().collect();
-    let mut opt = Adam::new(o.lr);
+    // each epoch's batch order: the previous one's, shuffled by a seeded xorshift
     let mut seed = o.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut best = f64::INFINITY;
-    let mut best_values: Vec<kiln::Array> = params.iter().map(|p| p.value()).collect();
-    let start = Instant::now();
-    // a progress bar per epoch, on a terminal only (the JSON lines are the record)
-    let terminal = std::io::stderr().is_terminal();
-    let style = ProgressStyle::with_template(
-        "epoch {prefix} [{bar:30}] {pos}/{len} steps, {elapsed} (eta {eta}): {msg}",
+    let mut order: Vec<usize> = (0..train_batches.len()).collect();
+    let mut schedule = Vec::with_capacity(order.len() * o.epochs);
+    for _ in 0..o.epochs {
+        shuffle(&mut order, &mut seed);
+        schedule.extend_from_slice(&order);
+    }
+    let all: std::sync::Arc<Vec<Batch>> = std::mem::take(&mut train_batches).into();
+    let input = Dataset::from_slices(schedule).map(move |i| all[i].clone());
+    let strategy = if o.replicas == 0 {
+        Strategy::OneDevice
+    } else {
+        Strategy::mirrored(o.replicas, o.micro_batch).map_err(to_beam)?
+    };
+    let config = RunConfig::new().seed(o.seed).strategy(strategy);
+    let mut est = Estimator::new(
+        AttentionFn {
+            net: model,
+            lr: o.lr,
+        },
+        config,
     )
-    .expect("a valid template")
-    .progress_chars("=> ");
-    for epoch in 1..=o.epochs {
-        shuffle(&mut train_batches, &mut seed);
-        let bar = if terminal {
-            ProgressBar::new(train_batches.len() as u64)
-                .with_style(style.clone())
-                .with_prefix(epoch.to_string())
-        } else {
-            ProgressBar::hidden()
-        };
-        let (mut sum, mut steps) = (0.0f64, 0usize);
-        for (i, (src, tgt)) in train_batches.iter().enumerate() {
-            let loss = model.loss_with_bos(src, tgt, G2p::BOS, G2p::EOS)?;
-            let values: Vec<kiln::Array> = params.iter().map(|p| p.value()).collect();
-            let wrt: Vec<&kiln::Array> = values.iter().collect();
-            let grads = kiln::grad(&loss, &wrt)?;
-            let (grads, _norm) = clip_by_global_norm(&grads, 5.0)?;
-            opt.step(&params, &grads, &[&loss])?;
-            sum += loss.item::<f32>()? as f64;
-            steps += 1;
-            bar.inc(1);
-            if terminal && i % 20 == 19 {
-                bar.set_message(format!(
-                    "loss {:.4}, {} compiles",
-                    sum / steps as f64,
-                    kiln::cache_stats().misses
-                ));
-            }
-        }
-        bar.finish_and_clear();
-        let dev = dev_loss(model, &dev_batches)?;
-        let stats = kiln::cache_stats();
-        emit(&EpochLine {
-            epoch,
-            train_loss: round(sum / steps.max(1) as f64, 4),
-            dev_loss: round(dev, 4),
-            lr: opt.learning_rate(),
-            seconds: round(start.elapsed().as_secs_f64(), 1),
-            compiles: stats.misses,
-            cache_hits: stats.hits,
-        });
-        if dev < best {
-            best = dev;
-            best_values = params.iter().map(|p| p.value()).collect();
-            model.save(&o.out)?;
-        } else {
-            // back to the best weights, at half the learning rate
-            for (p, v) in params.iter().zip(&best_values) {
+    .map_err(to_beam)?;
+    let steps_per_epoch = (input.len().unwrap_or(0) / o.epochs.max(1)) as u64;
+    let mut epochs = Epochs {
+        net: model,
+        dev: Dataset::from_slices(dev_batches),
+        steps_per_epoch: steps_per_epoch.max(1),
+        lr: o.lr,
+        out: o.out.clone(),
+        start: Instant::now(),
+        sum: 0.0,
+        steps: 0,
+        best: f64::INFINITY,
+        best_values: None,
+    };
+    est.train(
+        &input,
+        Until::Steps(steps_per_epoch * o.epochs as u64),
+        &mut [&mut epochs],
+    )
+    .map_err(to_beam)?;
+    let best = epochs.best_values.take();
+    if let Some(best) = &best {
+        for p in model.parameters() {
+            if let Some(v) = best.get(p.name()) {
                 p.assign(v.clone())?;
             }
-            opt.set_learning_rate(opt.learning_rate() / 2.0);
         }
-    }
-    for (p, v) in params.iter().zip(best_values) {
-        p.assign(v)?;
     }
     Ok(())
 }
