@@ -1090,7 +1090,13 @@ impl<T: Send + 'static> Node<T> for Take<T> {
     fn open(self: Arc<Self>, epoch: u64, state: Option<&Value>) -> Result<Box<dyn Stage<T>>> {
         let (left, up) = match state {
             None => (self.n, None),
-            Some(s) => (field_u64("take", s, "left")?, Some(field("take", s, "up")?)),
+            Some(s) => {
+                let left = field_u64("take", s, "left")?;
+                if left > self.n {
+                    return Err(bad_state("take", s));
+                }
+                (left, Some(field("take", s, "up")?))
+            }
         };
         Ok(Box::new(TakeStage {
             up: self.up.clone().open(epoch, up)?,

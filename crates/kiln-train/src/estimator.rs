@@ -19,9 +19,10 @@
 use crate::checkpoint::{self, RunState};
 use crate::hooks::{CheckpointSaver, Hook, RunContext, StepInfo, StepLog};
 use crate::model::{trainable, Pending};
+use crate::strategy::{tree_sum_flat, Flat, Layout};
 use crate::{
-    Batch, Context, Cursor, Dataset, DatasetIter, Error, Mode, Model, ReduceOp, Result,
-    StagingArea, Strategy, Variables,
+    Batch, Context, Cursor, Dataset, DatasetIter, Error, Mode, Model, Result, StagingArea,
+    Strategy, Variables,
 };
 use kiln::{Array, DType};
 use kiln_optim::{Optimizer, OptimizerState, Parameter};
@@ -257,6 +258,11 @@ pub(crate) struct Session {
     /// The step of the newest checkpoint written or read, and when.
     pub(crate) saved_step: Option<u64>,
     pub(crate) saved_at: Instant,
+    /// Whether this process writes checkpoints (rank 0 of a multi-process job).
+    pub(crate) chief: bool,
+    /// Whether the processes of a multi-process job share rank 0's parameters yet.
+    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+    pub(crate) synced: bool,
 }
 
 /// Parameter values and optimizer state at one moment, as handles (no copy): arrays are
@@ -314,7 +320,7 @@ impl Session {
     /// and prunes to `keep_max`.
     pub(crate) fn save(&mut self, dir: &Path, keep_max: usize) -> Result<PathBuf> {
         let path = checkpoint::checkpoint_path(dir, self.global_step);
-        if self.saved_step == Some(self.global_step) && path.exists() {
+        if !self.chief || (self.saved_step == Some(self.global_step) && path.exists()) {
             return Ok(path);
         }
         let run = RunState {
@@ -412,6 +418,8 @@ impl<M: Model> Estimator<M> {
             input: None,
             saved_step: None,
             saved_at: Instant::now(),
+            chief: config.strategy.is_chief(),
+            synced: false,
         };
         let latest = match &config.model_dir {
             Some(dir) => {
@@ -563,10 +571,15 @@ impl<M: Model> Estimator<M> {
         let mut saver = (self.config.model_dir.is_some()
             && (self.config.save_every_steps.is_some() || self.config.save_every_secs.is_some()))
         .then(|| CheckpointSaver::new(self.config.save_every_steps, self.config.save_every_secs));
-        let mut logger = self.config.log_every.map(|n| match &self.config.model_dir {
-            Some(dir) => StepLog::to_file(dir.join("train.jsonl"), n),
-            None => Ok(StepLog::to_stderr(n)),
-        });
+        let chief = self.session.chief;
+        let mut logger =
+            self.config
+                .log_every
+                .filter(|_| chief)
+                .map(|n| match &self.config.model_dir {
+                    Some(dir) => StepLog::to_file(dir.join("train.jsonl"), n),
+                    None => Ok(StepLog::to_stderr(n)),
+                });
         let mut logger = match logger.take() {
             Some(Ok(l)) => Some(l),
             Some(Err(e)) => return Err(e),
@@ -842,27 +855,33 @@ struct MicroGraph {
     grads: Vec<Array>,
 }
 
-/// One training step on `micro` (the global batch's micro-batches); returns the loss (the
-/// mean over the global batch) and the learning rate used.
-fn train_step<M: Model>(
+/// What the first micro-batch's spec says about the update.
+struct UpdateSpec {
+    optimizer: Box<dyn Optimizer + Send>,
+    clip: Option<f64>,
+}
+
+/// Builds the training graphs of micro-batches `which` of `micro`, each loss weighted by its
+/// share of the global batch's examples (when there is more than one micro-batch).
+fn build_graphs<M: Model>(
     model: &M,
     session: &mut Session,
-    strategy: &Strategy,
     micro: &[(M::Features, M::Labels)],
-) -> Result<(f64, f64)> {
+    which: std::ops::Range<usize>,
+) -> Result<(Vec<MicroGraph>, UpdateSpec)> {
     const OP: &str = "Estimator::train";
     let lens: Vec<usize> = micro.iter().map(|b| b.batch_len().unwrap_or(1)).collect();
     let total: usize = lens.iter().sum();
-    let mut graphs = Vec::with_capacity(micro.len());
-    let mut spec_optimizer = None;
-    let mut clip = None;
-    for (i, (features, labels)) in micro.iter().enumerate() {
+    let mut graphs = Vec::with_capacity(which.len());
+    let mut update = None;
+    for i in which {
+        let (features, labels) = &micro[i];
         let mut cx = Context::new(&mut session.variables, Mode::Train, session.global_step, i);
         let spec = model.model_fn(features, Some(labels), Mode::Train, &mut cx)?;
         spec.check(OP, Mode::Train)?;
         let used = cx.into_used();
         let chosen = trainable(OP, used, spec.trainable.as_deref())?;
-        let Some(loss) = spec.loss else {
+        let (Some(loss), Some(optimizer)) = (spec.loss, spec.optimizer) else {
             unreachable!("checked above")
         };
         let loss = if micro.len() == 1 {
@@ -872,9 +891,11 @@ fn train_step<M: Model>(
         };
         let values: Vec<&Array> = chosen.iter().map(|(_, v)| v).collect();
         let grads = kiln::grad(&loss, &values)?;
-        if spec_optimizer.is_none() {
-            spec_optimizer = spec.optimizer;
-            clip = spec.clip_global_norm;
+        if update.is_none() {
+            update = Some(UpdateSpec {
+                optimizer,
+                clip: spec.clip_global_norm,
+            });
         }
         graphs.push(MicroGraph {
             loss,
@@ -882,6 +903,12 @@ fn train_step<M: Model>(
             grads,
         });
     }
+    let Some(update) = update else {
+        return Err(Error::invalid(
+            OP,
+            "a training step with no micro-batch to run",
+        ));
+    };
     for (i, g) in graphs.iter().enumerate().skip(1) {
         if g.params.len() != graphs[0].params.len()
             || g.params
@@ -892,18 +919,84 @@ fn train_step<M: Model>(
             return Err(Error::invalid(
                 OP,
                 format!(
-                    "micro-batch {i} trains other variables than micro-batch 0: the model \
+                    "micro-batch {i} trains other variables than the first: the model \
                      function must use the same variables for every batch"
                 ),
             ));
         }
     }
-    let Some(spec_optimizer) = spec_optimizer else {
-        unreachable!("checked above")
+    Ok((graphs, update))
+}
+
+/// One micro-batch's evaluated gradients (and, last in the f64 buffer, its weighted loss)
+/// in flat buffers.
+fn flat_of(layout: &Layout, g: &MicroGraph) -> Result<Flat> {
+    let mut flat = layout.pack(&g.grads)?;
+    flat.f64.push(g.loss.cast(DType::F64).item::<f64>()?);
+    Ok(flat)
+}
+
+/// One training step on `micro` (the global batch's micro-batches); returns the loss (the
+/// mean over the global batch) and the learning rate used.
+fn train_step<M: Model>(
+    model: &M,
+    session: &mut Session,
+    strategy: &Strategy,
+    micro: &[(M::Features, M::Labels)],
+) -> Result<(f64, f64)> {
+    const OP: &str = "Estimator::train";
+    let n = micro.len();
+    let blocks = strategy.assignment(n);
+    // in one process every micro-batch is ours; in a multi-process job, our rank's run
+    let mine = match strategy {
+        Strategy::OneDevice | Strategy::Mirrored { .. } => 0..n,
+        #[cfg(feature = "mpi")]
+        Strategy::MultiProcess { .. } => blocks[strategy.rank().min(blocks.len() - 1)].clone(),
     };
-    let lr = spec_optimizer.learning_rate() * session.lr_scale;
+    if mine.is_empty() {
+        return Err(Error::invalid(
+            OP,
+            format!(
+                "a global batch of {n} micro-batches for {} replicas leaves replica {} \
+                 nothing to do: use larger batches or smaller micro-batches",
+                strategy.replicas(),
+                strategy.rank()
+            ),
+        ));
+    }
+    let built = build_graphs(model, session, micro, mine.clone())?;
+    #[cfg(feature = "mpi")]
+    let built = if matches!(strategy, Strategy::MultiProcess { .. }) && !session.synced {
+        // every rank starts from rank 0's parameters
+        let values: Vec<Array> = session
+            .variables
+            .parameters()
+            .iter()
+            .map(|p| p.value())
+            .collect();
+        let layout = Layout::of(OP, &values)?;
+        crate::multiprocess::agree_on(layout.len32, "the number of f32 parameters")?;
+        crate::multiprocess::agree_on(layout.len64, "the number of f64 parameters")?;
+        let mut flat = layout.pack(&values)?;
+        crate::multiprocess::broadcast(&mut flat.f32)?;
+        crate::multiprocess::broadcast(&mut flat.f64)?;
+        for (p, v) in session
+            .variables
+            .parameters()
+            .iter()
+            .zip(layout.unpack(&flat)?)
+        {
+            p.assign(v)?;
+        }
+        session.synced = true;
+        build_graphs(model, session, micro, mine.clone())?
+    } else {
+        built
+    };
+    let (graphs, update) = built;
+    let lr = update.optimizer.learning_rate() * session.lr_scale;
     if session.optimizer.is_none() {
-        let mut opt = spec_optimizer;
+        let mut opt = update.optimizer;
         if let Some(state) = session.pending_optimizer.take() {
             if let Err(e) = opt.load_state(&state) {
                 session.pending_optimizer = Some(state);
@@ -917,36 +1010,109 @@ fn train_step<M: Model>(
         unreachable!("set above")
     };
     opt.set_learning_rate(lr);
-    if graphs.len() == 1 {
+    if *strategy == Strategy::OneDevice {
         let g = &graphs[0];
-        let grads = match clip {
+        let grads = match update.clip {
             Some(c) => kiln_optim::clip_by_global_norm(&g.grads, c)?.0,
             None => g.grads.clone(),
         };
         opt.step(&params, &grads, &[&g.loss])?;
         return Ok((g.loss.cast(DType::F64).item::<f64>()?, lr));
     }
-    let per = strategy.run(graphs.len(), |i| {
-        let g = &graphs[i];
-        let mut outs: Vec<&Array> = Vec::with_capacity(g.grads.len() + 1);
-        outs.push(&g.loss);
-        outs.extend(&g.grads);
-        kiln::eval(&outs)?;
-        Ok(())
-    })?;
-    drop(per);
-    let grads: Vec<Vec<Array>> = graphs.iter().map(|g| g.grads.clone()).collect();
-    let mut reduced = crate::strategy::batch_reduce(ReduceOp::Sum, &grads)?;
-    if let Some(c) = clip {
+    let layout = Layout::of(OP, &graphs[0].grads)?;
+    let flats: Vec<Flat> = match strategy {
+        Strategy::Mirrored { .. } => strategy
+            .run(n, |i| {
+                let g = &graphs[i];
+                let mut outs: Vec<&Array> = Vec::with_capacity(g.grads.len() + 1);
+                outs.push(&g.loss);
+                outs.extend(&g.grads);
+                kiln::eval(&outs)?;
+                flat_of(&layout, g)
+            })?
+            .into_values(),
+        _ => {
+            let mut own = Vec::with_capacity(graphs.len());
+            for g in &graphs {
+                let mut outs: Vec<&Array> = Vec::with_capacity(g.grads.len() + 1);
+                outs.push(&g.loss);
+                outs.extend(&g.grads);
+                kiln::eval(&outs)?;
+                own.push(flat_of(&layout, g)?);
+            }
+            gather_flats(&blocks, n, own, &layout)?
+        }
+    };
+    let mut sum = tree_sum_flat(flats);
+    let loss = sum.f64.pop().unwrap_or(f64::NAN);
+    let mut reduced = layout.unpack(&sum)?;
+    if let Some(c) = update.clip {
         reduced = kiln_optim::clip_by_global_norm(&reduced, c)?.0;
     }
-    let losses: Vec<Vec<f64>> = graphs
-        .iter()
-        .map(|g| Ok(vec![g.loss.cast(DType::F64).item::<f64>()?]))
-        .collect::<Result<_>>()?;
-    let loss = crate::tree_sum(losses)[0];
     opt.step(&params, &reduced, &[])?;
     Ok((loss, lr))
+}
+
+/// Every micro-batch's flat buffers (or, when the replicas' runs are nodes of the fixed
+/// tree, each replica's sum of its run), gathered from the processes in tree order.
+#[cfg(feature = "mpi")]
+fn gather_flats(
+    blocks: &[std::ops::Range<usize>],
+    n: usize,
+    own: Vec<Flat>,
+    layout: &Layout,
+) -> Result<Vec<Flat>> {
+    let (len32, len64) = (layout.len32, layout.len64 + 1);
+    if crate::strategy::blocks_are_one_level(blocks, n) {
+        let partial = tree_sum_flat(own);
+        let f32s = crate::multiprocess::all_gather(&partial.f32)?;
+        let f64s = crate::multiprocess::all_gather(&partial.f64)?;
+        return Ok((0..blocks.len())
+            .map(|r| Flat {
+                f32: f32s[r * len32..(r + 1) * len32].to_vec(),
+                f64: f64s[r * len64..(r + 1) * len64].to_vec(),
+            })
+            .collect());
+    }
+    // runs of different levels: every micro-batch's buffers, each run padded to the longest
+    let longest = blocks.iter().map(|b| b.len()).max().unwrap_or(0);
+    let mut mine32 = Vec::with_capacity(longest * len32);
+    let mut mine64 = Vec::with_capacity(longest * len64);
+    for k in 0..longest {
+        match own.get(k) {
+            Some(f) => {
+                mine32.extend_from_slice(&f.f32);
+                mine64.extend_from_slice(&f.f64);
+            }
+            None => {
+                mine32.resize(mine32.len() + len32, 0.0);
+                mine64.resize(mine64.len() + len64, 0.0);
+            }
+        }
+    }
+    let f32s = crate::multiprocess::all_gather(&mine32)?;
+    let f64s = crate::multiprocess::all_gather(&mine64)?;
+    let mut out = Vec::with_capacity(n);
+    for (r, b) in blocks.iter().enumerate() {
+        for k in 0..b.len() {
+            let at = r * longest + k;
+            out.push(Flat {
+                f32: f32s[at * len32..(at + 1) * len32].to_vec(),
+                f64: f64s[at * len64..(at + 1) * len64].to_vec(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(not(feature = "mpi"))]
+fn gather_flats(
+    _blocks: &[std::ops::Range<usize>],
+    _n: usize,
+    own: Vec<Flat>,
+    _layout: &Layout,
+) -> Result<Vec<Flat>> {
+    Ok(own)
 }
 
 /// The evaluation loop shared by [`Estimator::evaluate`] and the hooks.

@@ -70,6 +70,8 @@ mod error;
 mod estimator;
 mod hooks;
 mod model;
+#[cfg(feature = "mpi")]
+pub mod multiprocess;
 mod spec;
 mod staging;
 mod strategy;

@@ -155,7 +155,8 @@ impl<T> StagingArea<T> {
         q.stats.puts += 1;
         q.stats.put_wait += start.elapsed();
         drop(q);
-        self.shared.not_empty.notify_one();
+        // all: a waiting `peek` for a later index must not take the wake-up of a `get`
+        self.shared.not_empty.notify_all();
         Ok(())
     }
 

@@ -44,6 +44,17 @@ pub enum Strategy {
         /// Examples per micro-batch: fix it, and any replica count gives the same bytes.
         micro_batch_size: usize,
     },
+    /// One replica per MPI process (feature `mpi`; start MPI with
+    /// [`multiprocess::init`](crate::multiprocess::init) and run under `mpiexec`): every
+    /// process reads the same global batches and runs its contiguous run of micro-batches;
+    /// the gradients travel by MPI and are summed over the same fixed tree, so `-np N`
+    /// writes the bytes of `Mirrored { replicas: N }`. Only rank 0 writes checkpoints and
+    /// logs.
+    #[cfg(feature = "mpi")]
+    MultiProcess {
+        /// Examples per micro-batch.
+        micro_batch_size: usize,
+    },
 }
 
 /// How [`Strategy::reduce`] combines values.
@@ -159,7 +170,23 @@ impl Strategy {
         match self {
             Strategy::OneDevice => 1,
             Strategy::Mirrored { replicas, .. } => *replicas,
+            #[cfg(feature = "mpi")]
+            Strategy::MultiProcess { .. } => crate::multiprocess::rank_and_size().1,
         }
+    }
+
+    /// This process's replica: its MPI rank under [`Strategy::MultiProcess`], else 0.
+    pub fn rank(&self) -> usize {
+        match self {
+            #[cfg(feature = "mpi")]
+            Strategy::MultiProcess { .. } => crate::multiprocess::rank_and_size().0,
+            _ => 0,
+        }
+    }
+
+    /// Whether this process writes checkpoints and logs (rank 0).
+    pub fn is_chief(&self) -> bool {
+        self.rank() == 0
     }
 
     /// The micro-batch lengths of a global batch of `len` examples (one device: one
@@ -170,6 +197,8 @@ impl Strategy {
             Strategy::Mirrored {
                 micro_batch_size, ..
             } => micro_batch_lens(len, *micro_batch_size),
+            #[cfg(feature = "mpi")]
+            Strategy::MultiProcess { micro_batch_size } => micro_batch_lens(len, *micro_batch_size),
         }
     }
 
@@ -326,89 +355,147 @@ pub(crate) fn batch_reduce(op: ReduceOp, items: &[Vec<Array>]) -> Result<Vec<Arr
     let Some(first) = items.first() else {
         return Err(Error::invalid(OP, "no values to reduce: pass at least one"));
     };
+    let layout = Layout::of(OP, first)?;
+    let mut flats = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
-        if item.len() != first.len() {
+        layout.check(OP, i, item)?;
+        flats.push(layout.pack(item)?);
+    }
+    let n = items.len();
+    let mut sum = tree_sum_flat(flats);
+    if op == ReduceOp::Mean {
+        sum.f32.iter_mut().for_each(|x| *x /= n as f32);
+        sum.f64.iter_mut().for_each(|x| *x /= n as f64);
+    }
+    layout.unpack(&sum)
+}
+
+/// Float arrays laid out in one flat buffer per dtype.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Flat {
+    pub(crate) f32: Vec<f32>,
+    pub(crate) f64: Vec<f64>,
+}
+
+/// Where each array of a list lives in a [`Flat`]: its dtype, offset and shape.
+#[derive(Clone, Debug)]
+pub(crate) struct Layout {
+    entries: Vec<(DType, usize, Vec<usize>)>,
+    pub(crate) len32: usize,
+    pub(crate) len64: usize,
+}
+
+impl Layout {
+    /// The layout of `arrays` (float only).
+    pub(crate) fn of(op: &'static str, arrays: &[Array]) -> Result<Layout> {
+        let (mut len32, mut len64) = (0, 0);
+        let mut entries = Vec::with_capacity(arrays.len());
+        for (k, a) in arrays.iter().enumerate() {
+            let at = match a.dtype() {
+                DType::F32 => &mut len32,
+                DType::F64 => &mut len64,
+                other => {
+                    return Err(Error::invalid(
+                        op,
+                        format!("array {k} is {other:?}: only f32 and f64 arrays are reduced"),
+                    ))
+                }
+            };
+            entries.push((a.dtype(), *at, a.shape().to_vec()));
+            *at += a.size();
+        }
+        Ok(Layout {
+            entries,
+            len32,
+            len64,
+        })
+    }
+
+    /// Checks that `item` (micro-batch `i`'s list) has this layout.
+    fn check(&self, op: &'static str, i: usize, item: &[Array]) -> Result<()> {
+        if item.len() != self.entries.len() {
             return Err(Error::invalid(
-                OP,
+                op,
                 format!(
                     "micro-batch 0 has {} arrays and micro-batch {i} has {}: every one needs \
                      the same list",
-                    first.len(),
+                    self.entries.len(),
                     item.len()
                 ),
             ));
         }
-        for (k, (a, b)) in first.iter().zip(item).enumerate() {
-            if a.dtype() != b.dtype() || a.shape() != b.shape() || !a.dtype().is_float() {
+        for (k, ((dtype, _, shape), a)) in self.entries.iter().zip(item).enumerate() {
+            if *dtype != a.dtype() || shape[..] != *a.shape() {
                 return Err(Error::invalid(
-                    OP,
+                    op,
                     format!(
-                        "array {k} is {:?} {:?} in micro-batch 0 and {:?} {:?} in micro-batch \
-                         {i}: reduce float arrays of one dtype and shape",
+                        "array {k} is {dtype:?} {shape:?} in micro-batch 0 and {:?} {:?} in \
+                         micro-batch {i}: reduce float arrays of one dtype and shape",
                         a.dtype(),
-                        a.shape(),
-                        b.dtype(),
-                        b.shape()
+                        a.shape()
                     ),
                 ));
             }
         }
+        Ok(())
     }
-    let n = items.len();
-    let mut out: Vec<Option<Array>> = vec![None; first.len()];
-    for dtype in [DType::F32, DType::F64] {
-        let positions: Vec<usize> = (0..first.len())
-            .filter(|&k| first[k].dtype() == dtype)
-            .collect();
-        if positions.is_empty() {
-            continue;
-        }
-        match dtype {
-            DType::F32 => {
-                reduce_typed::<f32>(op, n, items, &positions, &mut out, |s, n| s / n as f32)?
+
+    /// The arrays' values in flat buffers (one copy each).
+    pub(crate) fn pack(&self, arrays: &[Array]) -> Result<Flat> {
+        let mut flat = Flat {
+            f32: Vec::with_capacity(self.len32),
+            f64: Vec::with_capacity(self.len64),
+        };
+        for ((dtype, _, _), a) in self.entries.iter().zip(arrays) {
+            match dtype {
+                DType::F32 => flat.f32.extend_from_slice(&a.to_shared::<f32>()?),
+                _ => flat.f64.extend_from_slice(&a.to_shared::<f64>()?),
             }
-            _ => reduce_typed::<f64>(op, n, items, &positions, &mut out, |s, n| s / n as f64)?,
         }
+        Ok(flat)
     }
-    Ok(out.into_iter().flatten().collect())
+
+    /// The arrays back from flat buffers.
+    pub(crate) fn unpack(&self, flat: &Flat) -> Result<Vec<Array>> {
+        self.entries
+            .iter()
+            .map(|(dtype, at, shape)| {
+                let n: usize = shape.iter().product();
+                Ok(match dtype {
+                    DType::F32 => Array::from_vec(flat.f32[*at..at + n].to_vec(), shape)?,
+                    _ => Array::from_vec(flat.f64[*at..at + n].to_vec(), shape)?,
+                })
+            })
+            .collect()
+    }
 }
 
-fn reduce_typed<T>(
-    op: ReduceOp,
-    n: usize,
-    items: &[Vec<Array>],
-    positions: &[usize],
-    out: &mut [Option<Array>],
-    mean: impl Fn(T, usize) -> T,
-) -> Result<()>
-where
-    T: kiln::Element + Copy + std::ops::AddAssign,
-{
-    let sizes: Vec<usize> = positions.iter().map(|&k| items[0][k].size()).collect();
-    let total: usize = sizes.iter().sum();
-    let mut buffers: Vec<Vec<T>> = Vec::with_capacity(n);
-    for item in items {
-        let mut flat = Vec::with_capacity(total);
-        for &k in positions {
-            flat.extend_from_slice(&item[k].to_shared::<T>()?);
-        }
-        buffers.push(flat);
+/// The sum of flat buffers over the fixed tree (both dtypes).
+pub(crate) fn tree_sum_flat(flats: Vec<Flat>) -> Flat {
+    let (f32s, f64s): (Vec<Vec<f32>>, Vec<Vec<f64>>) =
+        flats.into_iter().map(|f| (f.f32, f.f64)).unzip();
+    Flat {
+        f32: tree_sum(f32s),
+        f64: tree_sum(f64s),
     }
-    let mut sum = tree_sum(buffers);
-    if op == ReduceOp::Mean {
-        for x in &mut sum {
-            *x = mean(*x, n);
-        }
+}
+
+#[cfg(feature = "mpi")]
+/// Whether the runs `blocks` (one per replica, in order, covering `0..n`) are the nodes of
+/// one level of the fixed tree: then each replica may sum its run first and the tree over
+/// the replicas' sums is the tree over all micro-batches.
+pub(crate) fn blocks_are_one_level(blocks: &[std::ops::Range<usize>], n: usize) -> bool {
+    let Some(first) = blocks.first() else {
+        return false;
+    };
+    let size = first.len().max(1);
+    if !size.is_power_of_two() {
+        return false;
     }
-    let mut at = 0;
-    for (&k, &size) in positions.iter().zip(&sizes) {
-        out[k] = Some(Array::from_vec(
-            sum[at..at + size].to_vec(),
-            items[0][k].shape(),
-        )?);
-        at += size;
-    }
-    Ok(())
+    blocks
+        .iter()
+        .enumerate()
+        .all(|(r, b)| b.start == r * size && b.end == ((r + 1) * size).min(n) && !b.is_empty())
 }
 
 /// The sum of equal-length buffers over the fixed tree: pairs `(0,1), (2,3), ...`, then
