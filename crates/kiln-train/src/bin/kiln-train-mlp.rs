@@ -2,7 +2,10 @@
 //! kiln-train's estimator — the crate's demo, and the process the resume and crash tests
 //! start, kill and restart. Prints one JSON line with the outcome.
 //!
-//! Depends on kiln-train (`Estimator`, `demo`), clap and serde_json.
+//! With `--mpi` (feature `mpi`) each process of an `mpiexec -np N` job is one replica.
+//!
+//! Depends on kiln-train (`Estimator`, `demo`, with `mpi` its `multiprocess`), clap and
+//! serde_json.
 
 use clap::Parser;
 use kiln_train::demo::{synthetic_classification, training_input, Mlp};
@@ -70,10 +73,80 @@ struct Args {
     /// Batches prepared ahead.
     #[arg(long, default_value_t = 2)]
     prefetch: usize,
+    /// One replica per MPI process (run under `mpiexec -np N`; built with feature `mpi`).
+    #[arg(long, conflicts_with = "replicas")]
+    mpi: bool,
+    /// Fault injection for crash tests: panic after step STEP (on rank RANK only, if given).
+    #[arg(long, value_name = "STEP[:RANK]")]
+    panic_at: Option<String>,
+    /// Fault injection for deadline tests: hang after step STEP (on rank RANK only).
+    #[arg(long, value_name = "STEP[:RANK]")]
+    stall_at: Option<String>,
+}
+
+/// Panics or hangs after a given step (on one rank, or on all).
+struct Fault {
+    stall: bool,
+    step: u64,
+    rank: Option<usize>,
+    my_rank: usize,
+}
+
+impl Fault {
+    fn parse(stall: bool, spec: &str, my_rank: usize) -> kiln_train::Result<Fault> {
+        let (step, rank) = match spec.split_once(':') {
+            Some((s, r)) => (s, Some(r)),
+            None => (spec, None),
+        };
+        let bad = || {
+            kiln_train::Error::invalid(
+                "--panic-at/--stall-at",
+                format!("{spec:?} is not STEP or STEP:RANK (whole numbers)"),
+            )
+        };
+        Ok(Fault {
+            stall,
+            step: step.parse().map_err(|_| bad())?,
+            rank: rank.map(|r| r.parse()).transpose().map_err(|_| bad())?,
+            my_rank,
+        })
+    }
+}
+
+impl<M: kiln_train::Model> kiln_train::Hook<M> for Fault {
+    fn after_step(
+        &mut self,
+        _cx: &mut kiln_train::RunContext<'_, M>,
+        step: &kiln_train::StepInfo,
+    ) -> kiln_train::Result<()> {
+        if step.step == self.step && self.rank.is_none_or(|r| r == self.my_rank) {
+            if self.stall {
+                eprintln!(
+                    "--stall-at: step {} on rank {}: hanging",
+                    self.step, self.my_rank
+                );
+                std::thread::sleep(std::time::Duration::from_secs(3600));
+            }
+            panic!("--panic-at: step {} on rank {}", self.step, self.my_rank);
+        }
+        Ok(())
+    }
 }
 
 fn main() {
     let args = Args::parse();
+    #[cfg(feature = "mpi")]
+    let _mpi = if args.mpi {
+        match kiln_train::multiprocess::init() {
+            Ok(m) => Some(m),
+            Err(e) => {
+                eprintln!("kiln-train-mlp: {e}");
+                std::process::exit(1);
+            }
+        }
+    } else {
+        None
+    };
     match run(&args) {
         Ok(line) => println!("{line}"),
         Err(e) => {
@@ -94,11 +167,14 @@ fn run(args: &Args) -> kiln_train::Result<serde_json::Value> {
     mlp.decay_steps = args.decay_steps;
     let data = synthetic_classification(args.examples, args.dims, args.classes, 1.0, 42)?;
     let input = training_input(data.clone(), args.batch, args.seed)?;
-    let strategy = if args.replicas == 0 {
+    let strategy = if args.mpi {
+        multi_process(args.micro_batch)?
+    } else if args.replicas == 0 {
         Strategy::OneDevice
     } else {
         Strategy::mirrored(args.replicas, args.micro_batch)?
     };
+    let my_rank = strategy.rank();
     let mut config = RunConfig::new()
         .seed(args.seed)
         .strategy(strategy)
@@ -120,12 +196,24 @@ fn run(args: &Args) -> kiln_train::Result<serde_json::Value> {
         (None, None) => Until::Steps(100),
     };
     let mut guard = NanGuard::new(10);
-    let report = est.train(&input, until, &mut [&mut guard])?;
+    let mut faults = Vec::new();
+    if let Some(spec) = &args.panic_at {
+        faults.push(Fault::parse(false, spec, my_rank)?);
+    }
+    if let Some(spec) = &args.stall_at {
+        faults.push(Fault::parse(true, spec, my_rank)?);
+    }
+    let mut hooks: Vec<&mut dyn kiln_train::Hook<Mlp>> = vec![&mut guard];
+    for f in faults.iter_mut() {
+        hooks.push(f);
+    }
+    let report = est.train(&input, until, &mut hooks)?;
     let eval = kiln_train::Dataset::from_slices(data)
         .batch(256)?
         .try_map(kiln_train::demo::collate);
     let metrics = est.evaluate(&eval, None, None)?;
     Ok(serde_json::json!({
+        "rank": my_rank,
         "global_step": report.global_step,
         "steps": report.steps,
         "last_loss": report.last_loss,
@@ -134,4 +222,17 @@ fn run(args: &Args) -> kiln_train::Result<serde_json::Value> {
         "eval_loss": metrics["loss"],
         "eval_accuracy": metrics["accuracy"],
     }))
+}
+
+#[cfg(feature = "mpi")]
+fn multi_process(micro_batch_size: usize) -> kiln_train::Result<Strategy> {
+    Ok(Strategy::MultiProcess { micro_batch_size })
+}
+
+#[cfg(not(feature = "mpi"))]
+fn multi_process(_micro_batch_size: usize) -> kiln_train::Result<Strategy> {
+    Err(kiln_train::Error::invalid(
+        "--mpi",
+        "this kiln-train-mlp was built without MPI: build it with `--features kiln-train/mpi`",
+    ))
 }
