@@ -19,7 +19,7 @@
 use crate::checkpoint::{self, RunState};
 use crate::hooks::{CheckpointSaver, Hook, RunContext, StepInfo, StepLog};
 use crate::model::{trainable, Pending};
-use crate::strategy::{tree_sum_flat, Flat, Layout};
+use crate::strategy::{Flat, Layout};
 use crate::{
     Batch, Context, Cursor, Dataset, DatasetIter, Error, Mode, Model, Result, StagingArea,
     Strategy, Variables,
@@ -928,14 +928,6 @@ fn build_graphs<M: Model>(
     Ok((graphs, update))
 }
 
-/// One micro-batch's evaluated gradients (and, last in the f64 buffer, its weighted loss)
-/// in flat buffers.
-fn flat_of(layout: &Layout, g: &MicroGraph) -> Result<Flat> {
-    let mut flat = layout.pack(&g.grads)?;
-    flat.f64.push(g.loss.cast(DType::F64).item::<f64>()?);
-    Ok(flat)
-}
-
 /// One training step on `micro` (the global batch's micro-batches); returns the loss (the
 /// mean over the global batch) and the learning rate used.
 fn train_step<M: Model>(
@@ -1020,32 +1012,31 @@ fn train_step<M: Model>(
         return Ok((g.loss.cast(DType::F64).item::<f64>()?, lr));
     }
     let layout = Layout::of(OP, &graphs[0].grads)?;
-    let flats: Vec<Flat> = match strategy {
-        Strategy::Mirrored { .. } => strategy
-            .run(n, |i| {
-                let g = &graphs[i];
-                let mut outs: Vec<&Array> = Vec::with_capacity(g.grads.len() + 1);
-                outs.push(&g.loss);
-                outs.extend(&g.grads);
-                kiln::eval(&outs)?;
-                flat_of(&layout, g)
-            })?
-            .into_values(),
+    let evaluate = |g: &MicroGraph| -> Result<f64> {
+        let mut outs: Vec<&Array> = Vec::with_capacity(g.grads.len() + 1);
+        outs.push(&g.loss);
+        outs.extend(&g.grads);
+        kiln::eval(&outs)?;
+        Ok(g.loss.cast(DType::F64).item::<f64>()?)
+    };
+    let lists: Vec<&[Array]> = graphs.iter().map(|g| g.grads.as_slice()).collect();
+    let (sum, loss) = match strategy {
+        Strategy::Mirrored { .. } => {
+            let losses = strategy.run(n, |i| evaluate(&graphs[i]))?.into_values();
+            let losses: Vec<Vec<f64>> = losses.into_iter().map(|l| vec![l]).collect();
+            (layout.tree_sum(&lists)?, crate::tree_sum(losses)[0])
+        }
         _ => {
-            let mut own = Vec::with_capacity(graphs.len());
+            let mut losses = Vec::with_capacity(graphs.len());
             for g in &graphs {
-                let mut outs: Vec<&Array> = Vec::with_capacity(g.grads.len() + 1);
-                outs.push(&g.loss);
-                outs.extend(&g.grads);
-                kiln::eval(&outs)?;
-                own.push(flat_of(&layout, g)?);
+                losses.push(vec![evaluate(g)?]);
             }
-            gather_flats(&blocks, n, own, &layout)?
+            let mut sum = across_processes(&blocks, n, &lists, losses, &layout)?;
+            let loss = sum.f64.pop().unwrap_or(f64::NAN);
+            (sum, loss)
         }
     };
-    let mut sum = tree_sum_flat(flats);
-    let loss = sum.f64.pop().unwrap_or(f64::NAN);
-    let mut reduced = layout.unpack(&sum)?;
+    let mut reduced = layout.views(sum)?;
     if let Some(c) = update.clip {
         reduced = kiln_optim::clip_by_global_norm(&reduced, c)?.0;
     }
@@ -1053,66 +1044,82 @@ fn train_step<M: Model>(
     Ok((loss, lr))
 }
 
-/// Every micro-batch's flat buffers (or, when the replicas' runs are nodes of the fixed
-/// tree, each replica's sum of its run), gathered from the processes in tree order.
+/// The sum over all processes of the micro-batches' gradients (this rank's `lists`, one per
+/// micro-batch of its run) over the fixed tree, the loss last in the f64 buffer.
+///
+/// When the ranks' runs are one level of the tree, each rank sums its run first and only
+/// the sums travel; otherwise every micro-batch's buffers travel (each run padded to the
+/// longest) and every rank folds all of them.
 #[cfg(feature = "mpi")]
-fn gather_flats(
+fn across_processes(
     blocks: &[std::ops::Range<usize>],
     n: usize,
-    own: Vec<Flat>,
+    lists: &[&[Array]],
+    losses: Vec<Vec<f64>>,
     layout: &Layout,
-) -> Result<Vec<Flat>> {
+) -> Result<Flat> {
+    use crate::multiprocess::all_gather;
     let (len32, len64) = (layout.len32, layout.len64 + 1);
+    // the gathered buffers' parts `ks`, folded over the tree without copying them out
+    let fold = |f32s: &[f32], f64s: &[f64], ks: &[usize]| Flat {
+        f32: crate::tree_sum_slices(
+            &ks.iter()
+                .map(|&k| &f32s[k * len32..(k + 1) * len32])
+                .collect::<Vec<_>>(),
+        ),
+        f64: crate::tree_sum_slices(
+            &ks.iter()
+                .map(|&k| &f64s[k * len64..(k + 1) * len64])
+                .collect::<Vec<_>>(),
+        ),
+    };
     if crate::strategy::blocks_are_one_level(blocks, n) {
-        let partial = tree_sum_flat(own);
-        let f32s = crate::multiprocess::all_gather(&partial.f32)?;
-        let f64s = crate::multiprocess::all_gather(&partial.f64)?;
-        return Ok((0..blocks.len())
-            .map(|r| Flat {
-                f32: f32s[r * len32..(r + 1) * len32].to_vec(),
-                f64: f64s[r * len64..(r + 1) * len64].to_vec(),
-            })
-            .collect());
+        let mut own = layout.tree_sum(lists)?;
+        own.f64.push(crate::tree_sum(losses)[0]);
+        return Ok(Flat {
+            f32: crate::multiprocess::all_reduce_tree(&own.f32)?,
+            f64: crate::multiprocess::all_reduce_tree(&own.f64)?,
+        });
     }
-    // runs of different levels: every micro-batch's buffers, each run padded to the longest
     let longest = blocks.iter().map(|b| b.len()).max().unwrap_or(0);
-    let mut mine32 = Vec::with_capacity(longest * len32);
-    let mut mine64 = Vec::with_capacity(longest * len64);
+    let mut mine = Flat {
+        f32: Vec::with_capacity(longest * len32),
+        f64: Vec::with_capacity(longest * len64),
+    };
     for k in 0..longest {
-        match own.get(k) {
-            Some(f) => {
-                mine32.extend_from_slice(&f.f32);
-                mine64.extend_from_slice(&f.f64);
+        match (lists.get(k), losses.get(k)) {
+            (Some(list), Some(loss)) => {
+                let flat = layout.pack(list)?;
+                mine.f32.extend_from_slice(&flat.f32);
+                mine.f64.extend_from_slice(&flat.f64);
+                mine.f64.push(loss[0]);
             }
-            None => {
-                mine32.resize(mine32.len() + len32, 0.0);
-                mine64.resize(mine64.len() + len64, 0.0);
+            _ => {
+                mine.f32.resize(mine.f32.len() + len32, 0.0);
+                mine.f64.resize(mine.f64.len() + len64, 0.0);
             }
         }
     }
-    let f32s = crate::multiprocess::all_gather(&mine32)?;
-    let f64s = crate::multiprocess::all_gather(&mine64)?;
-    let mut out = Vec::with_capacity(n);
+    let (f32s, f64s) = (all_gather(&mine.f32)?, all_gather(&mine.f64)?);
+    let mut parts = Vec::with_capacity(n);
     for (r, b) in blocks.iter().enumerate() {
-        for k in 0..b.len() {
-            let at = r * longest + k;
-            out.push(Flat {
-                f32: f32s[at * len32..(at + 1) * len32].to_vec(),
-                f64: f64s[at * len64..(at + 1) * len64].to_vec(),
-            });
-        }
+        parts.extend((0..b.len()).map(|k| r * longest + k));
     }
-    Ok(out)
+    Ok(fold(&f32s, &f64s, &parts))
 }
 
 #[cfg(not(feature = "mpi"))]
-fn gather_flats(
+fn across_processes(
     _blocks: &[std::ops::Range<usize>],
     _n: usize,
-    own: Vec<Flat>,
+    _lists: &[&[Array]],
+    _losses: Vec<Vec<f64>>,
     _layout: &Layout,
-) -> Result<Vec<Flat>> {
-    Ok(own)
+) -> Result<Flat> {
+    Err(Error::invalid(
+        "Estimator::train",
+        "a multi-process step in a build without the mpi feature",
+    ))
 }
 
 /// The evaluation loop shared by [`Estimator::evaluate`] and the hooks.

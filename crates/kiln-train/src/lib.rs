@@ -92,4 +92,4 @@ pub use hooks::{
 pub use model::{Context, Init, Model, Variables};
 pub use spec::{Metric, Mode, Spec};
 pub use staging::{Closed, Got, StagingArea, StagingStats};
-pub use strategy::{tree_sum, Mirrored, PerReplica, ReduceOp, Strategy};
+pub use strategy::{tree_sum, tree_sum_slices, Mirrored, PerReplica, ReduceOp, Strategy};

@@ -1,13 +1,13 @@
 //! Multi-process training over MPI (feature `mpi`): [`init`] starts MPI and installs a
 //! panic hook that ends the whole job, and the collectives [`Strategy::MultiProcess`]
-//! uses — broadcast of the initial parameters from rank 0 and an all-gather of gradient
-//! buffers — each with a deadline.
+//! uses — broadcast of the initial parameters from rank 0, a fixed-order allreduce
+//! ([`all_reduce_tree`]) and an all-gather of gradient buffers — each with a deadline.
 //!
 //! **MPI carries the bytes; kiln fixes the order of the sums.** MPI's own allreduce adds in
-//! an order that depends on the library, its algorithm and the message size, so ranks
-//! all-gather their gradient buffers (each rank's run of micro-batches already summed over
-//! its subtree of the fixed tree, when the run is one) and every rank folds them in the tree
-//! order itself. `mpiexec -np 4` therefore writes the bytes 4 in-process replicas write.
+//! an order that depends on the library, its algorithm and the message size, so each rank
+//! sums its run of micro-batches over its subtree of the fixed tree and [`all_reduce_tree`]
+//! folds the ranks' sums over the top of the tree in kiln-train's code (when the runs are
+//! not one level of the tree, every micro-batch's buffers are all-gathered and folded). `mpiexec -np 4` therefore writes the bytes 4 in-process replicas write.
 //!
 //! **No input hangs the job.** A panic on any thread of any rank calls `MPI_Abort`, and a
 //! collective that has not completed by its deadline (`KILN_MPI_DEADLINE_SECS`, default
@@ -135,23 +135,39 @@ fn wait<'a, D: ?Sized, S: Scope<'a>>(
             Ok(_) => return,
             Err(pending) => {
                 if start.elapsed() >= limit {
-                    eprintln!(
+                    // one write, so the line is not interleaved with other ranks' output
+                    let line = format!(
                         "kiln-train: rank {}: {what} did not complete within {limit:?} \
                          (KILN_MPI_DEADLINE_SECS); another rank has stopped or hangs: aborting \
-                         the job",
+                         the job\n",
                         world.rank()
                     );
+                    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
                     world.abort(124);
                 }
                 req = pending;
-                std::thread::sleep(Duration::from_micros(100));
+                // MPI moves a large message only while it is called: poll eagerly at first
+                // (yielding, so oversubscribed ranks let the others run), then back off
+                if start.elapsed() < Duration::from_millis(50) {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(Duration::from_micros(100));
+                }
             }
         }
     }
 }
 
-/// Every rank's `mine` (all of one length), in rank order.
-pub(crate) fn all_gather<T: Equivalence + Copy + Default>(mine: &[T]) -> Result<Vec<T>> {
+/// Every rank's `mine` (all ranks pass one length), in rank order, on every rank; aborts
+/// the job past the deadline.
+///
+/// ```no_run
+/// let _mpi = kiln_train::multiprocess::init()?;
+/// let all = kiln_train::multiprocess::all_gather(&[1.0f32, 2.0])?;
+/// assert_eq!(all.len() % 2, 0);
+/// # Ok::<(), kiln_train::Error>(())
+/// ```
+pub fn all_gather<T: Equivalence + Copy + Default>(mine: &[T]) -> Result<Vec<T>> {
     let world = world("all_gather")?;
     let mut all = vec![T::default(); mine.len() * world.size() as usize];
     ::mpi::request::scope(|scope| {
@@ -161,8 +177,16 @@ pub(crate) fn all_gather<T: Equivalence + Copy + Default>(mine: &[T]) -> Result<
     Ok(all)
 }
 
-/// Rank 0's `buf` on every rank.
-pub(crate) fn broadcast<T: Equivalence>(buf: &mut [T]) -> Result<()> {
+/// Rank 0's `buf` on every rank (all ranks pass one length); aborts the job past the
+/// deadline.
+///
+/// ```no_run
+/// let _mpi = kiln_train::multiprocess::init()?;
+/// let mut v = vec![0.0f64; 3];
+/// kiln_train::multiprocess::broadcast(&mut v)?;
+/// # Ok::<(), kiln_train::Error>(())
+/// ```
+pub fn broadcast<T: Equivalence>(buf: &mut [T]) -> Result<()> {
     let world = world("broadcast")?;
     let root = world.process_at_rank(0);
     ::mpi::request::scope(|scope| {
@@ -170,6 +194,49 @@ pub(crate) fn broadcast<T: Equivalence>(buf: &mut [T]) -> Result<()> {
         wait(&world, req, "the broadcast of the initial parameters");
     });
     Ok(())
+}
+
+/// The elementwise sum of every rank's `mine` (all ranks pass one length), each element
+/// summed over the ranks in the fixed tree order (pairs of ranks `(0,1), (2,3), ...`, then
+/// pairs of those), the same on every rank whatever MPI's algorithms.
+///
+/// A reduce-scatter and an all-gather, both by kiln-train: an all-to-all gives rank `r`
+/// chunk `r` of every rank's buffer, rank `r` folds it over the tree, and an all-gather
+/// gives everyone every folded chunk. Each rank sends and receives about twice its buffer,
+/// as a ring allreduce does.
+///
+/// ```no_run
+/// let mpi = kiln_train::multiprocess::init()?;
+/// let sum = kiln_train::multiprocess::all_reduce_tree(&[1.0f32, 2.0])?;
+/// assert_eq!(sum, vec![mpi.size() as f32, 2.0 * mpi.size() as f32]);
+/// # Ok::<(), kiln_train::Error>(())
+/// ```
+pub fn all_reduce_tree<T>(mine: &[T]) -> Result<Vec<T>>
+where
+    T: Equivalence + Copy + Default + std::ops::Add<Output = T> + std::ops::AddAssign,
+{
+    let world = world("all_reduce_tree")?;
+    let ranks = world.size() as usize;
+    let n = mine.len();
+    if ranks == 1 {
+        return Ok(mine.to_vec());
+    }
+    let chunk = n.div_ceil(ranks);
+    let mut send = Vec::with_capacity(chunk * ranks);
+    send.extend_from_slice(mine);
+    send.resize(chunk * ranks, T::default());
+    let mut parts = vec![T::default(); chunk * ranks];
+    ::mpi::request::scope(|scope| {
+        let req = world.immediate_all_to_all_into(scope, &send[..], &mut parts[..]);
+        wait(&world, req, "the all-to-all of a tree allreduce");
+    });
+    drop(send);
+    let slices: Vec<&[T]> = parts.chunks(chunk).collect();
+    let folded = crate::tree_sum_slices(&slices);
+    drop(parts);
+    let mut all = all_gather(&folded)?;
+    all.truncate(n);
+    Ok(all)
 }
 
 /// The length every rank contributes, checked equal on all ranks (a rank whose model built

@@ -356,18 +356,17 @@ pub(crate) fn batch_reduce(op: ReduceOp, items: &[Vec<Array>]) -> Result<Vec<Arr
         return Err(Error::invalid(OP, "no values to reduce: pass at least one"));
     };
     let layout = Layout::of(OP, first)?;
-    let mut flats = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
         layout.check(OP, i, item)?;
-        flats.push(layout.pack(item)?);
     }
+    let lists: Vec<&[Array]> = items.iter().map(Vec::as_slice).collect();
     let n = items.len();
-    let mut sum = tree_sum_flat(flats);
+    let mut sum = layout.tree_sum(&lists)?;
     if op == ReduceOp::Mean {
         sum.f32.iter_mut().for_each(|x| *x /= n as f32);
         sum.f64.iter_mut().for_each(|x| *x /= n as f64);
     }
-    layout.unpack(&sum)
+    layout.views(sum)
 }
 
 /// Float arrays laid out in one flat buffer per dtype.
@@ -455,7 +454,8 @@ impl Layout {
         Ok(flat)
     }
 
-    /// The arrays back from flat buffers.
+    /// The arrays back from flat buffers, copied out (each its own buffer).
+    #[cfg(feature = "mpi")]
     pub(crate) fn unpack(&self, flat: &Flat) -> Result<Vec<Array>> {
         self.entries
             .iter()
@@ -467,6 +467,71 @@ impl Layout {
                 })
             })
             .collect()
+    }
+
+    /// The arrays as views into the flat buffers, which become two arrays (no copy): each
+    /// is a lazy slice and reshape, read in place by whatever evaluates it (the optimizer's
+    /// update reads the reduced gradients straight from the sum).
+    pub(crate) fn views(&self, flat: Flat) -> Result<Vec<Array>> {
+        let whole32 = Array::from_vec(flat.f32, &[self.len32])?;
+        let whole64 = Array::from_vec(flat.f64, &[self.len64])?;
+        self.entries
+            .iter()
+            .map(|(dtype, at, shape)| {
+                let n: usize = shape.iter().product();
+                let whole = if *dtype == DType::F32 {
+                    &whole32
+                } else {
+                    &whole64
+                };
+                let part = whole.try_slice(&[kiln::SliceArg::range(
+                    Some(*at as isize),
+                    Some((at + n) as isize),
+                    1,
+                )])?;
+                let dims: Vec<isize> = shape.iter().map(|&d| d as isize).collect();
+                Ok(part.try_reshape(&dims)?)
+            })
+            .collect()
+    }
+
+    /// Two lists' sum, written straight into new flat buffers (the tree's first level fused
+    /// with the packing: each input read once).
+    fn pack_sum(&self, a: &[Array], b: &[Array]) -> Result<Flat> {
+        let mut flat = Flat {
+            f32: Vec::with_capacity(self.len32),
+            f64: Vec::with_capacity(self.len64),
+        };
+        for (((dtype, _, _), x), y) in self.entries.iter().zip(a).zip(b) {
+            match dtype {
+                DType::F32 => {
+                    let (x, y) = (x.to_shared::<f32>()?, y.to_shared::<f32>()?);
+                    flat.f32.extend(x.iter().zip(y.iter()).map(|(p, q)| p + q));
+                }
+                _ => {
+                    let (x, y) = (x.to_shared::<f64>()?, y.to_shared::<f64>()?);
+                    flat.f64.extend(x.iter().zip(y.iter()).map(|(p, q)| p + q));
+                }
+            }
+        }
+        Ok(flat)
+    }
+
+    /// The sum of micro-batches' lists (each of this layout, evaluated) over the fixed tree,
+    /// in flat buffers.
+    pub(crate) fn tree_sum(&self, lists: &[&[Array]]) -> Result<Flat> {
+        if let [only] = lists {
+            return self.pack(only);
+        }
+        let first: Vec<Flat> = lists
+            .chunks(2)
+            .map(|pair| match pair {
+                [a, b] => self.pack_sum(a, b),
+                [a] => self.pack(a),
+                _ => unreachable!("chunks of two"),
+            })
+            .collect::<Result<_>>()?;
+        Ok(tree_sum_flat(first))
     }
 }
 
@@ -496,6 +561,27 @@ pub(crate) fn blocks_are_one_level(blocks: &[std::ops::Range<usize>], n: usize) 
         .iter()
         .enumerate()
         .all(|(r, b)| b.start == r * size && b.end == ((r + 1) * size).min(n) && !b.is_empty())
+}
+
+/// The sum of equal-length slices over the fixed tree (see [`tree_sum`]), the first level
+/// written straight into new buffers (each slice read once, none copied whole).
+///
+/// ```
+/// let all = [1.0f64, 2.0, 3.0, 4.0, 5.0, 6.0];
+/// assert_eq!(kiln_train::tree_sum_slices(&[&all[..2], &all[2..4], &all[4..]]), vec![9.0, 12.0]);
+/// ```
+pub fn tree_sum_slices<T: Copy + std::ops::Add<Output = T> + std::ops::AddAssign>(
+    parts: &[&[T]],
+) -> Vec<T> {
+    let first: Vec<Vec<T>> = parts
+        .chunks(2)
+        .map(|pair| match pair {
+            [a, b] => a.iter().zip(b.iter()).map(|(x, y)| *x + *y).collect(),
+            [a] => a.to_vec(),
+            _ => unreachable!("chunks of two"),
+        })
+        .collect();
+    tree_sum(first)
 }
 
 /// The sum of equal-length buffers over the fixed tree: pairs `(0,1), (2,3), ...`, then

@@ -273,3 +273,38 @@ fn every_replica_count_trains_on_the_same_examples_in_each_global_step() {
     epoch.sort();
     assert_eq!(epoch, (0..40).collect::<Vec<_>>());
 }
+
+#[test]
+fn replicas_share_compiled_plans_and_later_steps_compile_nothing() {
+    let bin = env!("CARGO_BIN_EXE_kiln-train-mlp");
+    let compiles = |steps: &str, replicas: &str| -> u64 {
+        let out = Command::new(bin)
+            .args([
+                "--steps",
+                steps,
+                "--replicas",
+                replicas,
+                "--micro-batch",
+                "16",
+            ])
+            .output()
+            .expect("run kiln-train-mlp");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let line: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON line");
+        line["compiles"].as_u64().expect("a compile count")
+    };
+    for replicas in ["1", "2", "4"] {
+        // (the NaN guard's first check, at step 10, compiles its probe once)
+        let (short, long) = (compiles("20", replicas), compiles("60", replicas));
+        assert_eq!(
+            short, long,
+            "{replicas} replicas: steps 21 to 60 compiled again"
+        );
+    }
+    // and 4 replicas compile what 1 does: the micro-batches share their plans
+    assert_eq!(compiles("20", "4"), compiles("20", "1"));
+}

@@ -208,5 +208,5 @@ fn a_rank_that_hangs_ends_the_job_at_the_deadline() {
         took < Duration::from_secs(20),
         "the job took {took:?} to end"
     );
-    assert!(stderr.contains("did not complete within 2s"), "{stderr}");
+    assert!(stderr.contains("did not complete within"), "{stderr}");
 }

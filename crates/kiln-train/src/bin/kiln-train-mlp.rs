@@ -221,6 +221,7 @@ fn run(args: &Args) -> kiln_train::Result<serde_json::Value> {
         "checkpoint": report.checkpoint,
         "eval_loss": metrics["loss"],
         "eval_accuracy": metrics["accuracy"],
+        "compiles": kiln::cache_stats().misses,
     }))
 }
 
