@@ -5,37 +5,19 @@
 //! written out and parsed back, resumes exactly the uninterrupted iteration (checked against a
 //! plain-Rust model of the pipeline).
 
+mod common;
+use common::within;
+
 use kiln_train::{Cursor, Dataset, Error};
 use proptest::prelude::*;
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{channel, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::Duration;
 
 // ---------------------------------------------------------------------------------------
 // helpers
 // ---------------------------------------------------------------------------------------
-
-/// Runs `f` on its own thread and fails the test if it has not finished after `secs`
-/// seconds (a hang), instead of hanging the test run.
-fn within<R: Send + 'static>(what: &str, secs: u64, f: impl FnOnce() -> R + Send + 'static) -> R {
-    let (tx, rx) = channel();
-    let handle = std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(r) => {
-            let _ = handle.join();
-            r
-        }
-        Err(RecvTimeoutError::Timeout) => panic!("{what}: still running after {secs} s (hang)"),
-        Err(RecvTimeoutError::Disconnected) => match handle.join() {
-            Err(payload) => std::panic::resume_unwind(payload),
-            Ok(()) => panic!("{what}: the worker thread ended without a result"),
-        },
-    }
-}
 
 /// Every element of one iteration, failing the test on an error element.
 fn all<T: Send + 'static>(ds: &Dataset<T>) -> Vec<T> {

@@ -3,6 +3,8 @@
 //! equal to an offline recomputation, per-mode spec checks, warm starts, evaluating a
 //! checkpoint without touching the estimator, and errors from the input.
 
+mod common;
+
 use kiln::{Array, DType};
 use kiln_train::demo::{collate, synthetic_classification, training_input, Mlp};
 use kiln_train::{
@@ -12,9 +14,7 @@ use kiln_train::{
 use std::path::PathBuf;
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kiln-train-est-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+    common::scratch("est", name)
 }
 
 fn data() -> Vec<(Vec<f32>, i64)> {

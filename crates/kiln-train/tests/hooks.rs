@@ -3,6 +3,8 @@
 //! restores the best parameters, keep-best keeps the best checkpoint, the step log writes
 //! JSON lines with the window's mean loss, and checkpoint listeners hear every save.
 
+mod common;
+
 use kiln::{Array, DType};
 use kiln_train::{
     CheckpointListener, CheckpointSaver, Context, Dataset, EarlyStopping, Error, Estimator, Goal,
@@ -13,9 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kiln-train-hooks-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+    common::scratch("hooks", name)
 }
 
 /// `y ≈ w·x` by least squares with SGD at `lr`.

@@ -3,6 +3,8 @@
 //! hand-written training loop bit for bit, and micro-batched replicas match it to 1e-5
 //! after the first step; every replica count sees the same examples in every global step.
 
+mod common;
+
 use kiln::{Array, DType};
 use kiln_optim::{Adam, Optimizer, Parameter};
 use kiln_train::demo::{synthetic_classification, training_input, Mlp};
@@ -14,10 +16,7 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 
 fn scratch(name: &str) -> PathBuf {
-    let dir =
-        std::env::temp_dir().join(format!("kiln-train-mirrored-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+    common::scratch("mirrored", name)
 }
 
 fn mlp() -> Mlp {

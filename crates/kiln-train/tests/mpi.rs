@@ -8,6 +8,8 @@
 //! Skips with a message when kiln-train is built without its `mpi` feature or `mpiexec` is
 //! absent, unless `KILN_REQUIRE_MPI=1`.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -38,9 +40,7 @@ fn mpiexec() -> Option<&'static str> {
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kiln-train-mpi-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+    common::scratch("mpi", name)
 }
 
 /// The training arguments: `batch` examples per step in micro-batches of 16, dropout, 30
@@ -146,31 +146,32 @@ fn a_one_process_job_is_one_replica() {
     assert!(bytes == in_process(1, "64"));
 }
 
+/// A 2-rank job with an injected fault (`--panic-at` or `--stall-at`); how long it took and
+/// its stderr, after checking it failed.
+fn faulty_job(exe: &str, fault: &[&str], env: &[(&str, &str)]) -> (Duration, String) {
+    let dir = scratch(&format!("fault-{}", fault.join("")));
+    let start = Instant::now();
+    let mut c = Command::new(exe);
+    c.env("MPIEXEC_TIMEOUT", "60")
+        .args(["-np", "2", BIN, "--mpi", "--steps", "1000"])
+        .args(fault)
+        .arg("--model-dir")
+        .arg(&dir);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.output().expect("start mpiexec");
+    let took = start.elapsed();
+    std::fs::remove_dir_all(&dir).ok();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "the job succeeded: {stderr}");
+    (took, stderr)
+}
+
 #[test]
 fn a_rank_that_panics_ends_the_job_non_zero_within_five_seconds() {
     let Some(exe) = mpiexec() else { return };
-    let dir = scratch("panic");
-    let start = Instant::now();
-    let out = Command::new(exe)
-        .env("MPIEXEC_TIMEOUT", "60")
-        .args([
-            "-np",
-            "2",
-            BIN,
-            "--mpi",
-            "--steps",
-            "1000",
-            "--panic-at",
-            "10:1",
-        ])
-        .arg("--model-dir")
-        .arg(&dir)
-        .output()
-        .expect("start mpiexec");
-    let took = start.elapsed();
-    std::fs::remove_dir_all(&dir).ok();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "the job succeeded: {stderr}");
+    let (took, stderr) = faulty_job(exe, &["--panic-at", "10:1"], &[]);
     assert!(
         took < Duration::from_secs(5),
         "the job took {took:?} to end"
@@ -181,29 +182,11 @@ fn a_rank_that_panics_ends_the_job_non_zero_within_five_seconds() {
 #[test]
 fn a_rank_that_hangs_ends_the_job_at_the_deadline() {
     let Some(exe) = mpiexec() else { return };
-    let dir = scratch("stall");
-    let start = Instant::now();
-    let out = Command::new(exe)
-        .env("MPIEXEC_TIMEOUT", "60")
-        .env("KILN_MPI_DEADLINE_SECS", "2")
-        .args([
-            "-np",
-            "2",
-            BIN,
-            "--mpi",
-            "--steps",
-            "1000",
-            "--stall-at",
-            "5:1",
-        ])
-        .arg("--model-dir")
-        .arg(&dir)
-        .output()
-        .expect("start mpiexec");
-    let took = start.elapsed();
-    std::fs::remove_dir_all(&dir).ok();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "the job succeeded: {stderr}");
+    let (took, stderr) = faulty_job(
+        exe,
+        &["--stall-at", "5:1"],
+        &[("KILN_MPI_DEADLINE_SECS", "2")],
+    );
     assert!(
         took < Duration::from_secs(20),
         "the job took {took:?} to end"

@@ -6,35 +6,16 @@
 //! replica's contiguous run on its own thread with panics turned into `Error::Replica`, and
 //! `Strategy::distribute`/`assignment`/`micro_batch_lens` cut batches consistently.
 
+mod common;
+use common::within;
+
 use kiln::{Array, DType};
 use kiln_train::{micro_batch_lens, tree_sum, Error, PerReplica, ReduceOp, Strategy};
 use proptest::prelude::{prop_assert_eq, proptest, ProptestConfig};
 use std::collections::BTreeMap;
 use std::ops::Add;
-use std::sync::mpsc::{channel, RecvTimeoutError};
 use std::sync::Mutex;
 use std::thread::ThreadId;
-use std::time::Duration;
-
-/// Runs `f` on its own thread and fails the test if it has not finished after `secs`
-/// seconds (a hang), instead of hanging the test run.
-fn within<R: Send + 'static>(what: &str, secs: u64, f: impl FnOnce() -> R + Send + 'static) -> R {
-    let (tx, rx) = channel();
-    let handle = std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(r) => {
-            let _ = handle.join();
-            r
-        }
-        Err(RecvTimeoutError::Timeout) => panic!("{what}: still running after {secs} s (hang)"),
-        Err(RecvTimeoutError::Disconnected) => match handle.join() {
-            Err(payload) => std::panic::resume_unwind(payload),
-            Ok(()) => panic!("{what}: the worker thread ended without a result"),
-        },
-    }
-}
 
 // ---------------------------------------------------------------------------------------
 // references

@@ -4,6 +4,8 @@
 //! checkpoint's temporary file and renaming it, restarts to the same final bytes, and the
 //! newest checkpoint is never truncated.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -11,9 +13,7 @@ use std::time::{Duration, Instant};
 const BIN: &str = env!("CARGO_BIN_EXE_kiln-train-mlp");
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kiln-train-resume-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+    common::scratch("resume", name)
 }
 
 /// The common arguments: 1,000 examples in batches of 64 (15 per epoch, so step 40 is

@@ -6,9 +6,12 @@
 //! Timing checks are one-sided with generous margins, and every test that could hang runs
 //! under a deadline.
 
+mod common;
+use common::within;
+
 use kiln_train::{Closed, Error, Got, StagingArea, StagingStats};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{channel, RecvTimeoutError, TryRecvError};
+use std::sync::mpsc::{channel, TryRecvError};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -17,26 +20,6 @@ use std::time::{Duration, Instant};
 const SETTLE: Duration = Duration::from_millis(150);
 /// How long we wait for something that should happen promptly.
 const PROMPT: Duration = Duration::from_secs(5);
-
-/// Runs `f` on its own thread and fails the test if it has not finished after `secs`
-/// seconds (a hang), instead of hanging the test run.
-fn within<R: Send + 'static>(what: &str, secs: u64, f: impl FnOnce() -> R + Send + 'static) -> R {
-    let (tx, rx) = channel();
-    let handle = thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(r) => {
-            let _ = handle.join();
-            r
-        }
-        Err(RecvTimeoutError::Timeout) => panic!("{what}: still running after {secs} s (hang)"),
-        Err(RecvTimeoutError::Disconnected) => match handle.join() {
-            Err(payload) => std::panic::resume_unwind(payload),
-            Ok(()) => panic!("{what}: the worker thread ended without a result"),
-        },
-    }
-}
 
 /// Waits until `flag` is set, for at most [`PROMPT`].
 fn wait_for(flag: &AtomicBool) -> bool {
