@@ -25,10 +25,25 @@ use std::collections::BTreeMap;
 /// ```
 pub trait Batch: Sized + Send + 'static {
     /// The number of examples, or `None` for a value without a batch axis (`()`).
+    ///
+    /// ```
+    /// use kiln_train::Batch;
+    /// assert_eq!(vec![1, 2, 3].batch_len(), Some(3));
+    /// assert_eq!(kiln::Array::zeros(&[5, 2], kiln::DType::F32).batch_len(), Some(5));
+    /// assert_eq!(().batch_len(), None);
+    /// ```
     fn batch_len(&self) -> Option<usize>;
 
     /// Consecutive parts of `lens[0]`, `lens[1]`, ... examples; the lengths sum to
     /// [`Batch::batch_len`].
+    ///
+    /// ```
+    /// use kiln_train::Batch;
+    /// let parts = Batch::split(&vec!['a', 'b', 'c', 'd', 'e'], &[2, 3])?;
+    /// assert_eq!(parts, vec![vec!['a', 'b'], vec!['c', 'd', 'e']]);
+    /// assert!(Batch::split(&vec![1, 2], &[1]).is_err()); // the parts must sum to the batch
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     fn split(&self, lens: &[usize]) -> Result<Vec<Self>>;
 }
 

@@ -74,11 +74,41 @@ pub fn list_checkpoints(dir: impl AsRef<Path>) -> Result<Vec<(u64, PathBuf)>> {
 }
 
 /// The newest checkpoint in `dir`, if any.
+///
+/// ```
+/// let dir = std::env::temp_dir().join(format!("kiln-latest-{}", std::process::id()));
+/// # std::fs::remove_dir_all(&dir).ok();
+/// assert_eq!(kiln_train::latest_checkpoint(&dir)?, None); // no directory: no checkpoint
+/// std::fs::create_dir_all(&dir).unwrap();
+/// std::fs::write(dir.join("ckpt-9.safetensors"), b"").unwrap();
+/// std::fs::write(dir.join("ckpt-10.safetensors"), b"").unwrap();
+/// assert_eq!(kiln_train::latest_checkpoint(&dir)?, Some(dir.join("ckpt-10.safetensors")));
+/// # std::fs::remove_dir_all(&dir).ok();
+/// # Ok::<(), kiln_train::Error>(())
+/// ```
 pub fn latest_checkpoint(dir: impl AsRef<Path>) -> Result<Option<PathBuf>> {
     Ok(list_checkpoints(dir)?.pop().map(|(_, p)| p))
 }
 
 /// A checkpoint read back.
+///
+/// ```
+/// use kiln_train::{demo, Estimator, RunConfig, Until};
+/// let dir = std::env::temp_dir().join(format!("kiln-ckpt-doc-{}", std::process::id()));
+/// # std::fs::remove_dir_all(&dir).ok();
+/// let input = demo::training_input(demo::synthetic_classification(8, 2, 2, 0.1, 0)?, 4, 0)?;
+/// let config = RunConfig::new().model_dir(&dir).seed(5).progress(false);
+/// let mut est = Estimator::new(demo::Mlp::new(&[2, 2]), config)?;
+/// est.train(&input, Until::Steps(2), &mut [])?;
+/// let ckpt = kiln_train::read_checkpoint(est.save_checkpoint()?)?;
+/// assert_eq!((ckpt.global_step, ckpt.seed, ckpt.lr_scale), (2, 5, 1.0));
+/// let mut names: Vec<&str> = ckpt.parameters.iter().map(|(n, _)| n.as_str()).collect();
+/// names.sort();
+/// assert_eq!(names, ["dense_0/b", "dense_0/w"]);
+/// assert!(ckpt.optimizer.is_some() && ckpt.input.is_some());
+/// # std::fs::remove_dir_all(&dir).ok();
+/// # Ok::<(), kiln_train::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct Checkpoint {
     /// The file.

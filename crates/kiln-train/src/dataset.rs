@@ -148,12 +148,28 @@ impl<T> std::fmt::Debug for Dataset<T> {
 }
 
 /// An iterator over a dataset's elements; each is a `Result` (a pipeline stage may fail).
+///
+/// ```
+/// let mut it = kiln_train::Dataset::from_fn(3, |i| i * 10).iter();
+/// assert_eq!(it.next().transpose()?, Some(0));
+/// assert_eq!(it.collect::<Result<Vec<_>, _>>()?, vec![10, 20]);
+/// # Ok::<(), kiln_train::Error>(())
+/// ```
 pub struct DatasetIter<T> {
     stage: Box<dyn Stage<T>>,
 }
 
 impl<T> DatasetIter<T> {
     /// Where the iterator is: [`Dataset::iter_from`] continues from here.
+    ///
+    /// ```
+    /// let ds = kiln_train::Dataset::from_fn(4, |i| i).batch(2)?;
+    /// let mut it = ds.iter();
+    /// it.next();
+    /// let rest: Vec<Vec<usize>> = ds.iter_from(&it.cursor())?.collect::<Result<_, _>>()?;
+    /// assert_eq!(rest, vec![vec![2, 3]]);
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn cursor(&self) -> Cursor {
         Cursor(self.stage.state())
     }
@@ -175,6 +191,13 @@ impl<T: Send + 'static> Dataset<T> {
     }
 
     /// The elements of `items`, in order (random access: cursors jump).
+    ///
+    /// ```
+    /// let ds = kiln_train::Dataset::from_slices(vec!["a", "b", "c"]);
+    /// assert_eq!(ds.len(), Some(3));
+    /// assert_eq!(ds.iter().collect::<Result<Vec<_>, _>>()?, vec!["a", "b", "c"]);
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn from_slices(items: Vec<T>) -> Dataset<T>
     where
         T: Clone + Sync,
@@ -214,6 +237,13 @@ impl<T: Send + 'static> Dataset<T> {
     }
 
     /// `f` of each element, on the calling thread.
+    ///
+    /// ```
+    /// let ds = kiln_train::Dataset::from_fn(3, |i| i).map(|i| format!("#{i}"));
+    /// let v: Vec<String> = ds.iter().collect::<Result<_, _>>()?;
+    /// assert_eq!(v, ["#0", "#1", "#2"]);
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn map<U: Send + 'static>(self, f: impl Fn(T) -> U + Send + Sync + 'static) -> Dataset<U> {
         Dataset::new(Map {
             up: self.node,
@@ -293,6 +323,15 @@ impl<T: Send + 'static> Dataset<T> {
 
     /// Every `n`-th element from the `index`-th: shard `index` of `n`. The `n` shards of a
     /// pass hold each of its elements exactly once.
+    ///
+    /// ```
+    /// let ds = kiln_train::Dataset::from_fn(5, |i| i);
+    /// let a: Vec<usize> = ds.clone().shard(2, 0)?.iter().collect::<Result<_, _>>()?;
+    /// let b: Vec<usize> = ds.clone().shard(2, 1)?.iter().collect::<Result<_, _>>()?;
+    /// assert_eq!((a, b), (vec![0, 2, 4], vec![1, 3]));
+    /// assert!(ds.shard(2, 2).is_err());
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn shard(self, n: usize, index: usize) -> Result<Dataset<T>> {
         if n == 0 || index >= n {
             return Err(Error::invalid(
@@ -309,6 +348,13 @@ impl<T: Send + 'static> Dataset<T> {
 
     /// Groups of `size` consecutive elements; the last group of a pass may be shorter (see
     /// [`Dataset::batch_exact`]).
+    ///
+    /// ```
+    /// let ds = kiln_train::Dataset::from_fn(5, |i| i).batch(2)?;
+    /// let v: Vec<Vec<usize>> = ds.iter().collect::<Result<_, _>>()?;
+    /// assert_eq!(v, vec![vec![0, 1], vec![2, 3], vec![4]]);
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn batch(self, size: usize) -> Result<Dataset<Vec<T>>> {
         self.batch_impl(size, false)
     }
@@ -340,6 +386,14 @@ impl<T: Send + 'static> Dataset<T> {
 
     /// The elements `count` times over (`None`: forever), each pass a new epoch (a
     /// `shuffle` before it reshuffles). A dataset with no elements ends at once.
+    ///
+    /// ```
+    /// let ds = kiln_train::Dataset::from_fn(2, |i| i).repeat(Some(3));
+    /// assert_eq!(ds.len(), Some(6));
+    /// let v: Vec<usize> = ds.iter().collect::<Result<_, _>>()?;
+    /// assert_eq!(v, vec![0, 1, 0, 1, 0, 1]);
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn repeat(self, count: Option<u64>) -> Dataset<T> {
         Dataset::new(Repeat {
             up: self.node,
@@ -361,6 +415,14 @@ impl<T: Send + 'static> Dataset<T> {
     /// Elements prepared ahead on a producer thread, up to `n` waiting, through a
     /// [`StagingArea`]: the stages before it overlap with the work after it.
     /// A panic in an earlier stage becomes an [`Error::Pipeline`].
+    ///
+    /// ```
+    /// let ds = kiln_train::Dataset::from_fn(100, |i| i as u64).map(|x| x * 2).prefetch(4)?;
+    /// let v: Vec<u64> = ds.iter().collect::<Result<_, _>>()?;
+    /// assert_eq!((v.len(), v[99]), (100, 198));
+    /// assert!(kiln_train::Dataset::from_fn(1, |i| i).prefetch(0).is_err());
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn prefetch(self, n: usize) -> Result<Dataset<T>> {
         if n == 0 {
             return Err(Error::invalid(
@@ -384,11 +446,24 @@ impl<T: Send + 'static> Dataset<T> {
     }
 
     /// Whether one pass is known to be empty.
+    ///
+    /// ```
+    /// use kiln_train::Dataset;
+    /// assert!(Dataset::from_slices(Vec::<u8>::new()).is_empty());
+    /// assert!(!Dataset::from_generator(|| 0..0).is_empty()); // a generator's length is unknown
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.len() == Some(0)
     }
 
     /// An iterator from the start.
+    ///
+    /// ```
+    /// let ds = kiln_train::Dataset::from_fn(4, |i| i);
+    /// let total: usize = ds.iter().map(|r| r.unwrap()).sum();
+    /// assert_eq!(total, 6);
+    /// assert_eq!(ds.iter().count(), 4); // every call starts over
+    /// ```
     pub fn iter(&self) -> DatasetIter<T> {
         match self.node.clone().open(0, None) {
             Ok(stage) => DatasetIter { stage },
@@ -402,6 +477,16 @@ impl<T: Send + 'static> Dataset<T> {
 
     /// An iterator continuing from `cursor` (from [`DatasetIter::cursor`] of an iterator
     /// over this dataset).
+    ///
+    /// ```
+    /// let ds = kiln_train::Dataset::from_fn(6, |i| i).shuffle(7);
+    /// let mut it = ds.iter();
+    /// let first: Vec<usize> = it.by_ref().take(2).collect::<Result<_, _>>()?;
+    /// let rest: Vec<usize> = ds.iter_from(&it.cursor())?.collect::<Result<_, _>>()?;
+    /// let all: Vec<usize> = ds.iter().collect::<Result<_, _>>()?;
+    /// assert_eq!([first, rest].concat(), all);
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn iter_from(&self, cursor: &Cursor) -> Result<DatasetIter<T>> {
         Ok(DatasetIter {
             stage: self.node.clone().open(0, Some(&cursor.0))?,

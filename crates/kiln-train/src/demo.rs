@@ -32,6 +32,11 @@ pub struct Mlp {
 
 impl Mlp {
     /// Layers of these widths; Adam at 1e-3, no decay, no dropout.
+    ///
+    /// ```
+    /// let mlp = kiln_train::demo::Mlp::new(&[4, 16, 3]);
+    /// assert_eq!((mlp.learning_rate, mlp.dropout, mlp.decay), (1e-3, 0.0, 1.0));
+    /// ```
     pub fn new(sizes: &[usize]) -> Mlp {
         Mlp {
             sizes: sizes.to_vec(),

@@ -172,6 +172,19 @@ impl From<kiln_io::Error> for Error {
 }
 
 /// `Result` with this crate's [`Error`].
+///
+/// ```
+/// fn positive(x: f64) -> kiln_train::Result<f64> {
+///     if x > 0.0 {
+///         Ok(x)
+///     } else {
+///         Err(kiln_train::Error::invalid("positive", format!("{x}: pass a number > 0")))
+///     }
+/// }
+/// assert_eq!(positive(2.0)?, 2.0);
+/// assert!(positive(-1.0).is_err());
+/// # Ok::<(), kiln_train::Error>(())
+/// ```
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// The message of a caught panic.

@@ -49,6 +49,12 @@ pub enum Until {
 
 impl Until {
     /// The global step to stop at, from the current one.
+    ///
+    /// ```
+    /// use kiln_train::Until;
+    /// assert_eq!(Until::Steps(100).target(250), 350);
+    /// assert_eq!(Until::MaxSteps(100).target(250), 100);
+    /// ```
     pub fn target(self, global_step: u64) -> u64 {
         match self {
             Until::Steps(n) => global_step.saturating_add(n),
@@ -73,6 +79,11 @@ pub struct WarmStart {
 
 impl WarmStart {
     /// Every variable the file holds by name.
+    ///
+    /// ```
+    /// let w = kiln_train::WarmStart::new("pretrained.safetensors");
+    /// assert!(w.names.is_none()); // every variable the file holds
+    /// ```
     pub fn new(path: impl Into<PathBuf>) -> WarmStart {
         WarmStart {
             path: path.into(),
@@ -81,6 +92,11 @@ impl WarmStart {
     }
 
     /// Only these variables.
+    ///
+    /// ```
+    /// let w = kiln_train::WarmStart::new("base/ckpt-100.safetensors").only(["dense_0/w", "dense_0/b"]);
+    /// assert_eq!(w.names.map(|n| n.len()), Some(2));
+    /// ```
     pub fn only<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> WarmStart {
         self.names = Some(names.into_iter().map(Into::into).collect());
         self
@@ -144,65 +160,134 @@ impl Default for RunConfig {
 
 impl RunConfig {
     /// The defaults: no model dir, seed 0, keep 5, one device, prefetch 2.
+    ///
+    /// ```
+    /// let c = kiln_train::RunConfig::new();
+    /// assert_eq!((c.seed, c.keep_max, c.prefetch), (0, 5, 2));
+    /// assert!(c.model_dir.is_none() && c.save_every_steps.is_none());
+    /// ```
     pub fn new() -> RunConfig {
         RunConfig::default()
     }
 
     /// Sets the model directory.
+    ///
+    /// ```
+    /// let c = kiln_train::RunConfig::new().model_dir("runs/a");
+    /// assert_eq!(c.model_dir.as_deref(), Some(std::path::Path::new("runs/a")));
+    /// ```
     pub fn model_dir(mut self, dir: impl Into<PathBuf>) -> RunConfig {
         self.model_dir = Some(dir.into());
         self
     }
 
     /// Sets the seed.
+    ///
+    /// ```
+    /// assert_eq!(kiln_train::RunConfig::new().seed(42).seed, 42);
+    /// ```
     pub fn seed(mut self, seed: u64) -> RunConfig {
         self.seed = seed;
         self
     }
 
     /// Saves every `n` steps.
+    ///
+    /// ```
+    /// let c = kiln_train::RunConfig::new().save_every_steps(500);
+    /// assert_eq!(c.save_every_steps, Some(500));
+    /// ```
     pub fn save_every_steps(mut self, n: u64) -> RunConfig {
         self.save_every_steps = Some(n);
         self
     }
 
     /// Saves every `secs` seconds.
+    ///
+    /// ```
+    /// let c = kiln_train::RunConfig::new().save_every_secs(600.0);
+    /// assert_eq!(c.save_every_secs, Some(600.0));
+    /// ```
     pub fn save_every_secs(mut self, secs: f64) -> RunConfig {
         self.save_every_secs = Some(secs);
         self
     }
 
     /// Keeps at most `n` checkpoints (0: all).
+    ///
+    /// ```
+    /// let c = kiln_train::RunConfig::new().keep_max(0); // keep every checkpoint
+    /// assert_eq!(c.keep_max, 0);
+    /// ```
     pub fn keep_max(mut self, n: usize) -> RunConfig {
         self.keep_max = n;
         self
     }
 
     /// Logs every `n` steps.
+    ///
+    /// ```
+    /// let c = kiln_train::RunConfig::new().log_every(10);
+    /// assert_eq!(c.log_every, Some(10));
+    /// ```
     pub fn log_every(mut self, n: u64) -> RunConfig {
         self.log_every = Some(n);
         self
     }
 
     /// Sets the strategy.
+    ///
+    /// ```
+    /// use kiln_train::{RunConfig, Strategy};
+    /// let c = RunConfig::new().strategy(Strategy::mirrored(4, 8)?);
+    /// assert_eq!(c.strategy.replicas(), 4);
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn strategy(mut self, strategy: Strategy) -> RunConfig {
         self.strategy = strategy;
         self
     }
 
     /// Warm-starts from another model's parameters.
+    ///
+    /// ```
+    /// use kiln_train::{demo, Estimator, RunConfig, Until, WarmStart};
+    /// let dir = std::env::temp_dir().join(format!("kiln-warm-{}", std::process::id()));
+    /// # std::fs::remove_dir_all(&dir).ok();
+    /// let input = demo::training_input(demo::synthetic_classification(8, 2, 2, 0.1, 0)?, 4, 0)?;
+    /// let mut base = Estimator::new(demo::Mlp::new(&[2, 2]), RunConfig::new().model_dir(&dir).progress(false))?;
+    /// base.train(&input, Until::Steps(2), &mut [])?;
+    /// let path = base.save_checkpoint()?;
+    /// let config = RunConfig::new().seed(9).warm_start(WarmStart::new(&path));
+    /// let mut tuned = Estimator::new(demo::Mlp::new(&[2, 2]), config)?;
+    /// tuned.evaluate(&input, Some(1), None)?; // the first call creates the variables, from the file
+    /// let w = |e: &Estimator<demo::Mlp>| e.variables().get("dense_0/w").unwrap().value().to_vec::<f32>();
+    /// assert_eq!(w(&base)?, w(&tuned)?);
+    /// assert_eq!(tuned.global_step(), 0); // a warm start is not a resumption
+    /// # std::fs::remove_dir_all(&dir).ok();
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn warm_start(mut self, warm: WarmStart) -> RunConfig {
         self.warm_start = Some(warm);
         self
     }
 
     /// Sets how many batches are prepared ahead.
+    ///
+    /// ```
+    /// let c = kiln_train::RunConfig::new().prefetch(0); // batches prepared on the training thread
+    /// assert_eq!(c.prefetch, 0);
+    /// ```
     pub fn prefetch(mut self, n: usize) -> RunConfig {
         self.prefetch = n;
         self
     }
 
     /// Turns the progress bar off (or on, where stderr is a terminal).
+    ///
+    /// ```
+    /// assert!(!kiln_train::RunConfig::new().progress(false).progress);
+    /// ```
     pub fn progress(mut self, on: bool) -> RunConfig {
         self.progress = on;
         self
@@ -267,6 +352,30 @@ pub(crate) struct Session {
 
 /// Parameter values and optimizer state at one moment, as handles (no copy): arrays are
 /// immutable, so a snapshot stays what it was.
+///
+/// ```
+/// use kiln_train::{demo, Estimator, Hook, RunConfig, RunContext, Snapshot, StepInfo, Until};
+/// /// Keeps the parameters after the first step.
+/// struct First(Option<Snapshot>);
+/// impl Hook<demo::Mlp> for First {
+///     fn after_step(&mut self, cx: &mut RunContext<'_, demo::Mlp>, _: &StepInfo) -> kiln_train::Result<()> {
+///         if self.0.is_none() {
+///             self.0 = Some(cx.snapshot());
+///         }
+///         Ok(())
+///     }
+/// }
+/// let input = demo::training_input(demo::synthetic_classification(8, 2, 2, 0.1, 0)?, 4, 0)?;
+/// let mut est = Estimator::new(demo::Mlp::new(&[2, 2]), RunConfig::new().progress(false))?;
+/// let mut first = First(None);
+/// est.train(&input, Until::Steps(3), &mut [&mut first])?;
+/// let snap = first.0.unwrap();
+/// assert_eq!(snap.global_step, 1);
+/// let then = snap.get("dense_0/w").unwrap().to_vec::<f32>()?;
+/// let now = est.variables().get("dense_0/w").unwrap().value().to_vec::<f32>()?;
+/// assert_ne!(then, now); // two more updates since
+/// # Ok::<(), kiln_train::Error>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct Snapshot {
     /// The global step it was taken at.
@@ -277,6 +386,27 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// The value a parameter had, by name.
+    ///
+    /// ```
+    /// use kiln_train::{demo, Estimator, Hook, RunConfig, RunContext, Snapshot, Until};
+    /// /// Takes a snapshot when `train` begins.
+    /// struct AtBegin(Option<Snapshot>);
+    /// impl Hook<demo::Mlp> for AtBegin {
+    ///     fn begin(&mut self, cx: &mut RunContext<'_, demo::Mlp>) -> kiln_train::Result<()> {
+    ///         self.0 = Some(cx.snapshot());
+    ///         Ok(())
+    ///     }
+    /// }
+    /// # let input = demo::training_input(demo::synthetic_classification(8, 2, 2, 0.1, 0)?, 4, 0)?;
+    /// let mut est = Estimator::new(demo::Mlp::new(&[2, 2]), RunConfig::new().progress(false))?;
+    /// est.train(&input, Until::Steps(1), &mut [])?;
+    /// let mut at = AtBegin(None);
+    /// est.train(&input, Until::Steps(1), &mut [&mut at])?;
+    /// let snap = at.0.unwrap();
+    /// assert_eq!(snap.get("dense_0/w").unwrap().shape(), &[2, 2]);
+    /// assert!(snap.get("dense_9/w").is_none());
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn get(&self, name: &str) -> Option<&Array> {
         self.values
             .iter()
@@ -340,12 +470,42 @@ impl Session {
 
 /// The metrics of an evaluation: each metric's value, `loss` (the mean over examples) and
 /// `global_step`.
+///
+/// ```
+/// use kiln_train::{demo, Estimator, Metrics, RunConfig};
+/// let input = demo::training_input(demo::synthetic_classification(8, 2, 2, 0.1, 0)?, 4, 0)?;
+/// let mut est = Estimator::new(demo::Mlp::new(&[2, 2]), RunConfig::new())?;
+/// let m: Metrics = est.evaluate(&input, Some(2), None)?;
+/// assert_eq!(m.keys().collect::<Vec<_>>(), ["accuracy", "global_step", "loss"]);
+/// # Ok::<(), kiln_train::Error>(())
+/// ```
 pub type Metrics = BTreeMap<String, f64>;
 
 /// One example's predictions, by name.
+///
+/// ```
+/// use kiln_train::{demo, Dataset, Estimator, Prediction, RunConfig};
+/// let mut est = Estimator::new(demo::Mlp::new(&[2, 3]), RunConfig::new())?;
+/// let x = kiln::Array::from_vec(vec![0.5f32, -1.0], &[1, 2])?;
+/// let p: Prediction = est.predict(&Dataset::from_slices(vec![x]), None)?.next().unwrap()?;
+/// assert_eq!(p["logits"].shape(), &[3]);
+/// assert!(p["class"].shape().is_empty()); // one class per example
+/// # Ok::<(), kiln_train::Error>(())
+/// ```
 pub type Prediction = BTreeMap<String, Array>;
 
 /// What a `train` call did.
+///
+/// ```
+/// use kiln_train::{demo, Estimator, RunConfig, Until};
+/// let input = demo::training_input(demo::synthetic_classification(8, 2, 2, 0.1, 0)?, 4, 0)?.take(3);
+/// let mut est = Estimator::new(demo::Mlp::new(&[2, 2]), RunConfig::new().progress(false))?;
+/// let report = est.train(&input, Until::Steps(10), &mut [])?;
+/// assert_eq!((report.steps, report.global_step), (3, 3));
+/// assert_eq!(report.stopped_by, "input ended");
+/// assert!(report.last_loss.is_finite() && report.checkpoint.is_none());
+/// # Ok::<(), kiln_train::Error>(())
+/// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct TrainReport {
     /// The global step at the end.
@@ -405,6 +565,20 @@ impl<M: Model> Estimator<M> {
     /// An estimator; with a model directory holding checkpoints, it resumes from the newest
     /// (parameters, optimizer state, global step, seed, learning-rate scale, input
     /// cursor), and the seed is the checkpoint's.
+    ///
+    /// ```
+    /// use kiln_train::{demo, Estimator, RunConfig, Until};
+    /// let dir = std::env::temp_dir().join(format!("kiln-resume-{}", std::process::id()));
+    /// # std::fs::remove_dir_all(&dir).ok();
+    /// let input = demo::training_input(demo::synthetic_classification(8, 2, 2, 0.1, 0)?, 4, 0)?;
+    /// let config = RunConfig::new().model_dir(&dir).save_every_steps(2).seed(4).progress(false);
+    /// let mut est = Estimator::new(demo::Mlp::new(&[2, 2]), config.clone())?;
+    /// est.train(&input, Until::Steps(3), &mut [])?; // saves at step 2 and at the end
+    /// let resumed = Estimator::new(demo::Mlp::new(&[2, 2]), config.seed(0))?;
+    /// assert_eq!((resumed.global_step(), resumed.seed()), (3, 4)); // the checkpoint's step and seed
+    /// # std::fs::remove_dir_all(&dir).ok();
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn new(model: M, config: RunConfig) -> Result<Estimator<M>> {
         const OP: &str = "Estimator::new";
         config.check()?;
@@ -479,47 +653,135 @@ impl<M: Model> Estimator<M> {
     }
 
     /// The model.
+    ///
+    /// ```
+    /// let est = kiln_train::Estimator::new(kiln_train::demo::Mlp::new(&[2, 3]), kiln_train::RunConfig::new())?;
+    /// assert_eq!(est.model().sizes, vec![2, 3]);
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn model(&self) -> &M {
         &self.model
     }
 
     /// The configuration.
+    ///
+    /// ```
+    /// use kiln_train::{demo, Estimator, RunConfig};
+    /// let est = Estimator::new(demo::Mlp::new(&[2, 2]), RunConfig::new().keep_max(2))?;
+    /// assert_eq!(est.config().keep_max, 2);
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn config(&self) -> &RunConfig {
         &self.config
     }
 
     /// The number of updates so far (restored from a checkpoint included).
+    ///
+    /// ```
+    /// use kiln_train::{demo, Estimator, RunConfig, Until};
+    /// let input = demo::training_input(demo::synthetic_classification(8, 2, 2, 0.1, 0)?, 4, 0)?;
+    /// let mut est = Estimator::new(demo::Mlp::new(&[2, 2]), RunConfig::new().progress(false))?;
+    /// assert_eq!(est.global_step(), 0);
+    /// est.train(&input, Until::Steps(2), &mut [])?;
+    /// assert_eq!(est.global_step(), 2);
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn global_step(&self) -> u64 {
         self.session.global_step
     }
 
     /// The run's seed (a resumed run's is its checkpoint's).
+    ///
+    /// ```
+    /// use kiln_train::{demo, Estimator, RunConfig};
+    /// let est = Estimator::new(demo::Mlp::new(&[2, 2]), RunConfig::new().seed(8))?;
+    /// assert_eq!(est.seed(), 8);
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn seed(&self) -> u64 {
         self.session.seed
     }
 
     /// The variables created so far.
+    ///
+    /// ```
+    /// use kiln_train::{demo, Estimator, RunConfig};
+    /// let input = demo::training_input(demo::synthetic_classification(8, 2, 2, 0.1, 0)?, 4, 0)?;
+    /// let mut est = Estimator::new(demo::Mlp::new(&[2, 2]), RunConfig::new())?;
+    /// assert!(est.variables().is_empty()); // created by the first call of the model function
+    /// est.evaluate(&input, Some(1), None)?;
+    /// assert_eq!(est.variables().len(), 2);
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn variables(&self) -> &Variables {
         &self.session.variables
     }
 
     /// The optimizer, once the first training step has created it.
+    ///
+    /// ```
+    /// use kiln_train::{demo, Estimator, RunConfig, Until};
+    /// let input = demo::training_input(demo::synthetic_classification(8, 2, 2, 0.1, 0)?, 4, 0)?;
+    /// let mut est = Estimator::new(demo::Mlp::new(&[2, 2]), RunConfig::new().progress(false))?;
+    /// assert!(est.optimizer().is_none());
+    /// est.train(&input, Until::Steps(2), &mut [])?;
+    /// let adam = est.optimizer().unwrap();
+    /// assert_eq!((adam.learning_rate(), adam.state().steps()), (1e-3, 2));
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn optimizer(&self) -> Option<&(dyn Optimizer + Send)> {
         self.session.optimizer.as_deref()
     }
 
     /// Where the training input stands (the next `train` continues from it).
+    ///
+    /// ```
+    /// use kiln_train::{demo, Estimator, RunConfig, Until};
+    /// let input = demo::training_input(demo::synthetic_classification(8, 2, 2, 0.1, 0)?, 4, 0)?;
+    /// let mut est = Estimator::new(demo::Mlp::new(&[2, 2]), RunConfig::new().progress(false))?;
+    /// assert!(est.input_cursor().is_none());
+    /// est.train(&input, Until::Steps(1), &mut [])?;
+    /// let mut it = input.iter();
+    /// it.next();
+    /// assert_eq!(est.input_cursor(), Some(&it.cursor())); // just after the first batch
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn input_cursor(&self) -> Option<&Cursor> {
         self.session.input.as_ref()
     }
 
     /// Makes the next `train` read its input from the start.
+    ///
+    /// ```
+    /// use kiln_train::{demo, Estimator, RunConfig, Until};
+    /// let input = demo::training_input(demo::synthetic_classification(8, 2, 2, 0.1, 0)?, 4, 0)?;
+    /// let mut est = Estimator::new(demo::Mlp::new(&[2, 2]), RunConfig::new().progress(false))?;
+    /// est.train(&input, Until::Steps(1), &mut [])?;
+    /// est.reset_input();
+    /// assert!(est.input_cursor().is_none());
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn reset_input(&mut self) {
         self.session.input = None;
     }
 
     /// Writes a checkpoint of the current state now (into the model directory) and returns
     /// its path.
+    ///
+    /// ```
+    /// use kiln_train::{demo, Estimator, RunConfig, Until};
+    /// let dir = std::env::temp_dir().join(format!("kiln-save-{}", std::process::id()));
+    /// # std::fs::remove_dir_all(&dir).ok();
+    /// let input = demo::training_input(demo::synthetic_classification(8, 2, 2, 0.1, 0)?, 4, 0)?;
+    /// let mut est = Estimator::new(demo::Mlp::new(&[2, 2]), RunConfig::new().model_dir(&dir).progress(false))?;
+    /// est.train(&input, Until::Steps(1), &mut [])?; // no save_every_*: nothing saved
+    /// assert!(kiln_train::latest_checkpoint(&dir)?.is_none());
+    /// assert_eq!(est.save_checkpoint()?, kiln_train::checkpoint_path(&dir, 1));
+    /// let mut no_dir = Estimator::new(demo::Mlp::new(&[2, 2]), RunConfig::new())?;
+    /// assert!(no_dir.save_checkpoint().is_err());
+    /// # std::fs::remove_dir_all(&dir).ok();
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn save_checkpoint(&mut self) -> Result<PathBuf> {
         let Some(dir) = self.config.model_dir.clone() else {
             return Err(Error::invalid(
@@ -536,6 +798,18 @@ impl<M: Model> Estimator<M> {
     ///
     /// The input yields global batches as `(features, labels)`; it continues from where the
     /// last `train` (or the restored checkpoint) left it.
+    ///
+    /// ```
+    /// use kiln_train::{demo, Estimator, NanGuard, RunConfig, Until};
+    /// let input = demo::training_input(demo::synthetic_classification(8, 2, 2, 0.1, 0)?, 4, 0)?;
+    /// let mut est = Estimator::new(demo::Mlp::new(&[2, 2]), RunConfig::new().progress(false))?;
+    /// let mut guard = NanGuard::new(1);
+    /// let r = est.train(&input, Until::Steps(3), &mut [&mut guard])?;
+    /// assert_eq!((r.steps, r.stopped_by.as_str()), (3, "target"));
+    /// let r = est.train(&input, Until::MaxSteps(5), &mut [])?; // the input goes on where it stopped
+    /// assert_eq!((r.steps, r.global_step), (2, 5));
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn train(
         &mut self,
         input: &Dataset<(M::Features, M::Labels)>,
@@ -704,6 +978,20 @@ impl<M: Model> Estimator<M> {
     /// estimator's current parameters, or with `checkpoint`'s (read into a separate store:
     /// the estimator is unchanged). Returns every metric, `loss` (the mean over examples)
     /// and `global_step`.
+    ///
+    /// ```
+    /// use kiln_train::{demo, Dataset, Estimator, RunConfig, Until};
+    /// let data = demo::synthetic_classification(64, 2, 2, 0.1, 0)?;
+    /// let input = demo::training_input(data.clone(), 16, 0)?;
+    /// let mlp = demo::Mlp { learning_rate: 0.05, ..demo::Mlp::new(&[2, 2]) };
+    /// let mut est = Estimator::new(mlp, RunConfig::new().progress(false))?;
+    /// est.train(&input, Until::Steps(30), &mut [])?;
+    /// let all = Dataset::from_slices(data).batch(16)?.try_map(demo::collate); // one pass
+    /// let m = est.evaluate(&all, None, None)?;
+    /// assert!(m["accuracy"] > 0.9, "{m:?}");
+    /// assert_eq!(m["global_step"], 30.0);
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn evaluate(
         &mut self,
         input: &Dataset<(M::Features, M::Labels)>,
@@ -724,6 +1012,16 @@ impl<M: Model> Estimator<M> {
 
     /// Predictions for every example of `input`, streamed batch by batch, with the current
     /// parameters or `checkpoint`'s (the estimator is unchanged).
+    ///
+    /// ```
+    /// use kiln_train::{demo, Dataset, Estimator, RunConfig};
+    /// let mut est = Estimator::new(demo::Mlp::new(&[2, 3]), RunConfig::new())?;
+    /// let x = kiln::Array::from_vec(vec![0.0f32, 1.0, 2.0, 3.0, 4.0, 5.0], &[3, 2])?;
+    /// let preds: Vec<_> = est.predict(&Dataset::from_slices(vec![x]), None)?.collect::<Result<_, _>>()?;
+    /// assert_eq!(preds.len(), 3); // one per example
+    /// assert_eq!(preds[0]["logits"].shape(), &[3]);
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn predict<'a>(
         &'a mut self,
         input: &Dataset<M::Features>,
@@ -1225,6 +1523,17 @@ impl Vars<'_> {
 }
 
 /// The predictions of [`Estimator::predict`], one example at a time.
+///
+/// ```
+/// use kiln_train::{demo, Dataset, Estimator, RunConfig};
+/// let mut est = Estimator::new(demo::Mlp::new(&[2, 3]), RunConfig::new())?;
+/// let batches = Dataset::from_fn(4, |_| kiln::Array::ones(&[2, 2], kiln::DType::F32));
+/// for p in est.predict(&batches, None)? {
+///     let class = p?["class"].item::<i64>()?;
+///     assert!((0..3).contains(&class));
+/// }
+/// # Ok::<(), kiln_train::Error>(())
+/// ```
 pub struct Predictions<'a, M: Model> {
     model: &'a M,
     vars: Vars<'a>,

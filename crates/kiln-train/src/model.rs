@@ -50,6 +50,19 @@ pub trait Model: Send + Sync {
     type Labels: Batch;
 
     /// Builds the graph for one batch: `labels` is `None` when predicting.
+    ///
+    /// ```
+    /// use kiln_train::{demo, Context, Mode, Model, Variables};
+    /// let mlp = demo::Mlp::new(&[2, 3]);
+    /// let mut vars = Variables::new(0);
+    /// let x = kiln::Array::zeros(&[4, 2], kiln::DType::F32);
+    /// let mut cx = Context::new(&mut vars, Mode::Predict, 0, 0);
+    /// let spec = mlp.model_fn(&x, None, Mode::Predict, &mut cx)?;
+    /// assert!(spec.loss.is_none() && spec.optimizer.is_none());
+    /// assert_eq!(spec.predictions[0].1.shape(), &[4, 3]); // the logits
+    /// assert_eq!(vars.len(), 2); // the call created dense_0/w and dense_0/b
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     fn model_fn(
         &self,
         features: &Self::Features,
@@ -122,6 +135,16 @@ pub(crate) struct Pending {
 
 impl Variables {
     /// An empty store whose random initialisers derive from `seed`.
+    ///
+    /// ```
+    /// use kiln_train::{Init, Variables};
+    /// let normal = Init::Normal { mean: 0.0, std: 1.0 };
+    /// let (mut a, mut b) = (Variables::new(7), Variables::new(7));
+    /// let wa = a.variable("w", &[3], kiln::DType::F32, &normal)?;
+    /// let wb = b.variable("w", &[3], kiln::DType::F32, &normal)?;
+    /// assert_eq!(wa.value().to_vec::<f32>()?, wb.value().to_vec::<f32>()?); // same seed and name
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn new(seed: u64) -> Variables {
         Variables {
             seed,
@@ -130,21 +153,57 @@ impl Variables {
     }
 
     /// The number of variables.
+    ///
+    /// ```
+    /// use kiln_train::{Init, Variables};
+    /// let mut vars = Variables::new(0);
+    /// vars.variable("w", &[2], kiln::DType::F32, &Init::Zeros)?;
+    /// vars.variable("w", &[2], kiln::DType::F32, &Init::Zeros)?; // the same one again
+    /// assert_eq!(vars.len(), 1);
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn len(&self) -> usize {
         self.params.len()
     }
 
     /// Whether none has been created.
+    ///
+    /// ```
+    /// use kiln_train::{Init, Variables};
+    /// let mut vars = Variables::new(0);
+    /// vars.variable("b", &[1], kiln::DType::F64, &Init::Zeros)?;
+    /// assert!(!vars.is_empty());
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.params.is_empty()
     }
 
     /// The variables in creation order.
+    ///
+    /// ```
+    /// use kiln_train::{Init, Variables};
+    /// let mut vars = Variables::new(0);
+    /// vars.variable("w", &[2, 2], kiln::DType::F32, &Init::GlorotUniform)?;
+    /// vars.variable("b", &[2], kiln::DType::F32, &Init::Zeros)?;
+    /// let names: Vec<&str> = vars.parameters().iter().map(|p| p.name()).collect();
+    /// assert_eq!(names, ["w", "b"]);
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn parameters(&self) -> &[Arc<Parameter>] {
         &self.params
     }
 
     /// The variable of this name.
+    ///
+    /// ```
+    /// use kiln_train::{Init, Variables};
+    /// let mut vars = Variables::new(0);
+    /// vars.variable("b", &[2], kiln::DType::F32, &Init::Constant(0.5))?;
+    /// assert_eq!(vars.get("b").unwrap().value().to_vec::<f32>()?, vec![0.5, 0.5]);
+    /// assert!(vars.get("w").is_none());
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn get(&self, name: &str) -> Option<&Arc<Parameter>> {
         self.index.get(name).map(|&i| &self.params[i])
     }
@@ -159,6 +218,17 @@ impl Variables {
 
     /// The variable `name`, created with `init` if new; an existing one must have this dtype
     /// and shape.
+    ///
+    /// ```
+    /// use kiln::DType;
+    /// use kiln_train::{Init, Variables};
+    /// let mut vars = Variables::new(0);
+    /// let w = vars.variable("w", &[3], DType::F32, &Init::Ones)?;
+    /// assert_eq!(w.shape(), &[3]);
+    /// assert!(vars.variable("w", &[4], DType::F32, &Init::Ones).is_err()); // one name, one variable
+    /// assert!(vars.variable("n", &[1], DType::I64, &Init::Zeros).is_err()); // floats only
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn variable(
         &mut self,
         name: &str,
@@ -340,6 +410,13 @@ pub struct Context<'a> {
 impl<'a> Context<'a> {
     /// A context for one call: `global_step` is the step being built (0 before the first
     /// update), `micro_batch` the index of the micro-batch within the global batch.
+    ///
+    /// ```
+    /// use kiln_train::{Context, Mode, Variables};
+    /// let mut vars = Variables::new(3);
+    /// let cx = Context::new(&mut vars, Mode::Eval, 10, 2);
+    /// assert_eq!((cx.mode(), cx.global_step(), cx.micro_batch()), (Mode::Eval, 10, 2));
+    /// ```
     pub fn new(
         variables: &'a mut Variables,
         mode: Mode,
@@ -356,21 +433,48 @@ impl<'a> Context<'a> {
     }
 
     /// The mode being built.
+    ///
+    /// ```
+    /// use kiln_train::{Context, Mode, Variables};
+    /// let mut vars = Variables::new(0);
+    /// assert_eq!(Context::new(&mut vars, Mode::Predict, 0, 0).mode(), Mode::Predict);
+    /// ```
     pub fn mode(&self) -> Mode {
         self.mode
     }
 
     /// Whether this is a training step (for dropout and the like).
+    ///
+    /// ```
+    /// use kiln_train::{Context, Mode, Variables};
+    /// let mut vars = Variables::new(0);
+    /// assert!(Context::new(&mut vars, Mode::Train, 0, 0).is_training());
+    /// assert!(!Context::new(&mut vars, Mode::Eval, 0, 0).is_training());
+    /// ```
     pub fn is_training(&self) -> bool {
         self.mode == Mode::Train
     }
 
     /// The global step: how many updates came before this one.
+    ///
+    /// ```
+    /// use kiln_train::{Context, Mode, Variables};
+    /// let mut vars = Variables::new(0);
+    /// let cx = Context::new(&mut vars, Mode::Train, 41, 0);
+    /// let decays = cx.global_step() / 20; // e.g. for a decaying learning rate
+    /// assert_eq!(decays, 2);
+    /// ```
     pub fn global_step(&self) -> u64 {
         self.global_step
     }
 
     /// The index of this micro-batch within its global batch (0 without micro-batches).
+    ///
+    /// ```
+    /// use kiln_train::{Context, Mode, Variables};
+    /// let mut vars = Variables::new(0);
+    /// assert_eq!(Context::new(&mut vars, Mode::Train, 0, 3).micro_batch(), 3);
+    /// ```
     pub fn micro_batch(&self) -> usize {
         self.micro_batch
     }
@@ -378,6 +482,15 @@ impl<'a> Context<'a> {
     /// A seed for randomness in this call (dropout, noise): a function of the run's seed,
     /// the global step, the micro-batch and `tag` only — so a resumed run, and any number of
     /// replicas, draw the same numbers.
+    ///
+    /// ```
+    /// use kiln_train::{Context, Mode, Variables};
+    /// let (mut a, mut b) = (Variables::new(1), Variables::new(1));
+    /// let s = Context::new(&mut a, Mode::Train, 5, 0).seed("dropout");
+    /// assert_eq!(s, Context::new(&mut b, Mode::Train, 5, 0).seed("dropout")); // a resumed run's
+    /// assert_ne!(s, Context::new(&mut b, Mode::Train, 6, 0).seed("dropout")); // the next step's
+    /// assert_ne!(s, Context::new(&mut b, Mode::Train, 5, 1).seed("dropout")); // another micro-batch's
+    /// ```
     pub fn seed(&self, tag: &str) -> u64 {
         derive_seed(
             self.variables.seed,
@@ -392,6 +505,17 @@ impl<'a> Context<'a> {
 
     /// The current value of variable `name`, created with `init` on first use (see
     /// [`Init`]); the graph built from it trains the variable in [`Mode::Train`].
+    ///
+    /// ```
+    /// use kiln_train::{Context, Init, Mode, Variables};
+    /// let mut vars = Variables::new(0);
+    /// let mut cx = Context::new(&mut vars, Mode::Train, 0, 0);
+    /// let start = kiln::Array::from_vec(vec![0.5, -0.5], &[2])?;
+    /// let b = cx.variable("b", &[2], kiln::DType::F64, Init::Value(start))?;
+    /// assert_eq!(b.to_vec::<f64>()?, vec![0.5, -0.5]);
+    /// assert!(cx.variable("b", &[3], kiln::DType::F64, Init::Zeros).is_err()); // one name, one variable
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn variable(
         &mut self,
         name: &str,

@@ -50,11 +50,25 @@ impl std::fmt::Debug for Mpi {
 
 impl Mpi {
     /// This process's rank.
+    ///
+    /// ```no_run
+    /// let mpi = kiln_train::multiprocess::init()?;
+    /// if mpi.rank() == 0 {
+    ///     println!("rank 0 writes the logs");
+    /// }
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn rank(&self) -> usize {
         self.rank
     }
 
     /// The number of processes.
+    ///
+    /// ```no_run
+    /// let mpi = kiln_train::multiprocess::init()?; // `mpiexec -np 4`: a size of 4
+    /// assert!(mpi.rank() < mpi.size());
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn size(&self) -> usize {
         self.size
     }
@@ -64,6 +78,16 @@ impl Mpi {
 /// report, aborts the whole job (`MPI_Abort` with code 101): a rank that panics never
 /// leaves the others waiting. Run the program with `mpiexec -np N`; run alone, it is a job
 /// of one process.
+///
+/// ```no_run
+/// use kiln_train::{demo, Estimator, RunConfig, Strategy, Until};
+/// let _mpi = kiln_train::multiprocess::init()?; // at the start of main, kept to its end
+/// let input = demo::training_input(demo::synthetic_classification(64, 2, 2, 0.1, 0)?, 16, 0)?;
+/// let config = RunConfig::new().strategy(Strategy::MultiProcess { micro_batch_size: 4 });
+/// let mut est = Estimator::new(demo::Mlp::new(&[2, 2]), config)?;
+/// est.train(&input, Until::Steps(10), &mut [])?; // every rank runs its share of each batch
+/// # Ok::<(), kiln_train::Error>(())
+/// ```
 pub fn init() -> Result<Mpi> {
     let Some((universe, _level)) = ::mpi::initialize_with_threading(::mpi::Threading::Multiple)
     else {

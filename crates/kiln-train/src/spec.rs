@@ -79,6 +79,16 @@ impl Metric {
     }
 
     /// The fraction of positions where `labels` equals `predicted` (same shape).
+    ///
+    /// ```
+    /// use kiln_train::Metric;
+    /// let labels = kiln::Array::from_vec(vec![0i64, 1], &[2])?;
+    /// let (t, c) = Metric::accuracy(&labels, &labels)?.parts()?;
+    /// assert_eq!(t.item::<f64>()? / c.item::<f64>()?, 1.0);
+    /// let three = kiln::Array::from_vec(vec![0i64, 1, 1], &[3])?;
+    /// assert!(Metric::accuracy(&labels, &three).is_err()); // one prediction per label
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn accuracy(labels: &Array, predicted: &Array) -> Result<Metric> {
         if labels.shape() != predicted.shape() {
             return Err(Error::invalid(
@@ -95,6 +105,13 @@ impl Metric {
     }
 
     /// This batch's contribution as two f64 scalars: the weighted sum and the weight.
+    ///
+    /// ```
+    /// let m = kiln_train::Metric::mean(&kiln::Array::from_vec(vec![1.0f32, 2.0, 3.0], &[3])?);
+    /// let (total, count) = m.parts()?;
+    /// assert_eq!((total.item::<f64>()?, count.item::<f64>()?), (6.0, 3.0));
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn parts(&self) -> Result<(Array, Array)> {
         match self {
             Metric::Mean { values, weights } => {
@@ -177,24 +194,54 @@ impl Spec {
     }
 
     /// Sets the loss.
+    ///
+    /// ```
+    /// let spec = kiln_train::Spec::new().loss(&kiln::Array::scalar(0.25f32));
+    /// assert_eq!(spec.loss.unwrap().item::<f32>()?, 0.25);
+    /// # Ok::<(), kiln::Error>(())
+    /// ```
     pub fn loss(mut self, loss: &Array) -> Spec {
         self.loss = Some(loss.clone());
         self
     }
 
     /// Adds a prediction.
+    ///
+    /// ```
+    /// let y = kiln::Array::from_vec(vec![1.0f32, 2.0], &[2])?;
+    /// let spec = kiln_train::Spec::new().prediction("y", &y).prediction("y2", &(&y * &y));
+    /// let names: Vec<&str> = spec.predictions.iter().map(|(n, _)| n.as_str()).collect();
+    /// assert_eq!(names, ["y", "y2"]);
+    /// # Ok::<(), kiln::Error>(())
+    /// ```
     pub fn prediction(mut self, name: impl Into<String>, value: &Array) -> Spec {
         self.predictions.push((name.into(), value.clone()));
         self
     }
 
     /// Adds a metric.
+    ///
+    /// ```
+    /// use kiln_train::{Metric, Mode, Spec};
+    /// let loss = kiln::Array::scalar(0.5f32);
+    /// let err = kiln::Array::from_vec(vec![0.1f32, 0.3], &[2])?;
+    /// let spec = Spec::new().loss(&loss).metric("mae", Metric::mean(&err));
+    /// assert!(spec.check("doc", Mode::Eval).is_ok());
+    /// let clash = Spec::new().loss(&loss).metric("loss", Metric::mean(&err));
+    /// assert!(clash.check("doc", Mode::Eval).is_err()); // "loss" is reserved
+    /// # Ok::<(), kiln::Error>(())
+    /// ```
     pub fn metric(mut self, name: impl Into<String>, metric: Metric) -> Spec {
         self.metrics.push((name.into(), metric));
         self
     }
 
     /// Trains only the named variables.
+    ///
+    /// ```
+    /// let spec = kiln_train::Spec::new().trainable(["head/w", "head/b"]);
+    /// assert_eq!(spec.trainable.unwrap(), ["head/w", "head/b"]);
+    /// ```
     pub fn trainable<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> Spec {
         self.trainable = Some(names.into_iter().map(Into::into).collect());
         self
@@ -225,6 +272,17 @@ impl Spec {
     /// Checks that the spec has what `mode` needs: a float scalar `loss` (train and eval),
     /// an `optimizer` (train), `predictions` (predict), and distinct prediction and metric
     /// names. The error names the missing field; `op` is the operation the user called.
+    ///
+    /// ```
+    /// use kiln_train::{Mode, Spec};
+    /// let y = kiln::Array::from_vec(vec![1.0f32, 2.0], &[2])?;
+    /// assert!(Spec::new().prediction("y", &y).check("doc", Mode::Predict).is_ok());
+    /// let e = Spec::new().check("doc", Mode::Predict).unwrap_err();
+    /// assert!(e.to_string().contains("`predictions`"), "{e}");
+    /// let scalar = Spec::new().prediction("s", &kiln::Array::scalar(1.0f32));
+    /// assert!(scalar.check("doc", Mode::Predict).is_err()); // no batch axis
+    /// # Ok::<(), kiln::Error>(())
+    /// ```
     pub fn check(&self, op: &'static str, mode: Mode) -> Result<()> {
         let missing = |missing: &'static str, hint: String| Error::Spec {
             op,

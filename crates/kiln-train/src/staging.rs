@@ -77,6 +77,17 @@ pub struct StagingStats {
 }
 
 /// What [`StagingArea::get_timeout`] found.
+///
+/// ```
+/// use kiln_train::{Got, StagingArea};
+/// use std::time::Duration;
+/// let area = StagingArea::new(1)?;
+/// area.put(3).unwrap();
+/// assert_eq!(area.get_timeout(Duration::from_millis(1)), Got::Item(3));
+/// area.close();
+/// assert_eq!(area.get_timeout(Duration::from_millis(1)), Got::Closed);
+/// # Ok::<(), kiln_train::Error>(())
+/// ```
 #[derive(Debug, PartialEq, Eq)]
 pub enum Got<T> {
     /// The next item.
@@ -108,6 +119,13 @@ impl<T: std::fmt::Debug> std::error::Error for Closed<T> {}
 
 impl<T> StagingArea<T> {
     /// An empty area holding at most `capacity` items (at least 1).
+    ///
+    /// ```
+    /// let area = kiln_train::StagingArea::<String>::new(4)?;
+    /// assert_eq!((area.capacity(), area.size()), (4, 0));
+    /// assert!(kiln_train::StagingArea::<String>::new(0).is_err());
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn new(capacity: usize) -> Result<StagingArea<T>> {
         if capacity == 0 {
             return Err(Error::invalid(
@@ -138,6 +156,14 @@ impl<T> StagingArea<T> {
     }
 
     /// Appends `item`, waiting while the area is full; a closed area hands it back.
+    ///
+    /// ```
+    /// let area = kiln_train::StagingArea::new(2)?;
+    /// area.put("a").unwrap();
+    /// area.put("b").unwrap(); // a third put would wait for a get
+    /// assert_eq!(area.get(), Some("a"));
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn put(&self, item: T) -> std::result::Result<(), Closed<T>> {
         let start = Instant::now();
         let mut q = self.lock();
@@ -162,6 +188,15 @@ impl<T> StagingArea<T> {
 
     /// Takes the oldest item, waiting while the area is empty; `None` once it is closed and
     /// empty.
+    ///
+    /// ```
+    /// let area = kiln_train::StagingArea::new(2)?;
+    /// area.put(1).unwrap();
+    /// area.close();
+    /// assert_eq!(area.get(), Some(1)); // a closed area still hands out what it holds
+    /// assert_eq!(area.get(), None);
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn get(&self) -> Option<T> {
         match self.get_deadline(None) {
             Got::Item(t) => Some(t),
@@ -249,11 +284,24 @@ impl<T> StagingArea<T> {
     }
 
     /// The number of items waiting.
+    ///
+    /// ```
+    /// let area = kiln_train::StagingArea::new(3)?;
+    /// area.put('x').unwrap();
+    /// area.put('y').unwrap();
+    /// assert_eq!(area.size(), 2);
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn size(&self) -> usize {
         self.lock().items.len()
     }
 
     /// The most items it holds.
+    ///
+    /// ```
+    /// assert_eq!(kiln_train::StagingArea::<u8>::new(3)?.capacity(), 3);
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn capacity(&self) -> usize {
         self.shared.capacity
     }
@@ -279,6 +327,18 @@ impl<T> StagingArea<T> {
 
     /// Closes the area: every blocked and later `put` fails (handing its item back), and
     /// `get` returns the waiting items, then `None`.
+    ///
+    /// ```
+    /// let area = kiln_train::StagingArea::new(1)?;
+    /// let consumer = {
+    ///     let area = area.clone();
+    ///     std::thread::spawn(move || area.get()) // waits for an item
+    /// };
+    /// area.close();
+    /// assert_eq!(consumer.join().unwrap(), None::<u8>); // closing wakes it
+    /// assert!(area.put(1).is_err());
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn close(&self) {
         self.lock().closed = true;
         self.shared.not_full.notify_all();
@@ -286,11 +346,29 @@ impl<T> StagingArea<T> {
     }
 
     /// Whether it is closed.
+    ///
+    /// ```
+    /// let area = kiln_train::StagingArea::<u8>::new(1)?;
+    /// assert!(!area.is_closed());
+    /// area.clone().close(); // clones share one area
+    /// assert!(area.is_closed());
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn is_closed(&self) -> bool {
         self.lock().closed
     }
 
     /// Items through each end, and the time spent waiting there.
+    ///
+    /// ```
+    /// let area = kiln_train::StagingArea::new(2)?;
+    /// area.put(1).unwrap();
+    /// area.put(2).unwrap();
+    /// area.get();
+    /// let s = area.stats();
+    /// assert_eq!((s.puts, s.gets), (2, 1));
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn stats(&self) -> StagingStats {
         self.lock().stats
     }

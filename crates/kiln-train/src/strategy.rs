@@ -83,26 +83,50 @@ pub struct PerReplica<T> {
 
 impl<T> PerReplica<T> {
     /// Wraps values in micro-batch order.
+    ///
+    /// ```
+    /// let v = kiln_train::PerReplica::new(vec!["a", "b"]);
+    /// assert_eq!(v.len(), 2);
+    /// ```
     pub fn new(values: Vec<T>) -> PerReplica<T> {
         PerReplica { values }
     }
 
     /// The values, in micro-batch order.
+    ///
+    /// ```
+    /// let v = kiln_train::PerReplica::new(vec![1.0, 2.0]);
+    /// assert_eq!(v.values().iter().sum::<f64>(), 3.0);
+    /// ```
     pub fn values(&self) -> &[T] {
         &self.values
     }
 
     /// The values, owned.
+    ///
+    /// ```
+    /// assert_eq!(kiln_train::PerReplica::new(vec![1, 2]).into_values(), vec![1, 2]);
+    /// ```
     pub fn into_values(self) -> Vec<T> {
         self.values
     }
 
     /// The number of values.
+    ///
+    /// ```
+    /// let s = kiln_train::Strategy::mirrored(2, 1)?;
+    /// assert_eq!(s.run(3, Ok)?.len(), 3); // one per micro-batch
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn len(&self) -> usize {
         self.values.len()
     }
 
     /// Whether there are none.
+    ///
+    /// ```
+    /// assert!(kiln_train::PerReplica::<u8>::new(vec![]).is_empty());
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.values.is_empty()
     }
@@ -124,6 +148,11 @@ pub struct Mirrored<T> {
 
 impl<T> Mirrored<T> {
     /// Wraps a value.
+    ///
+    /// ```
+    /// let m = kiln_train::Mirrored::new(vec![1, 2]);
+    /// assert_eq!(m.get().len(), 2);
+    /// ```
     pub fn new(value: T) -> Mirrored<T> {
         Mirrored {
             value: Arc::new(value),
@@ -131,17 +160,34 @@ impl<T> Mirrored<T> {
     }
 
     /// The value.
+    ///
+    /// ```
+    /// assert_eq!(*kiln_train::Mirrored::new(3).get(), 3);
+    /// ```
     pub fn get(&self) -> &T {
         &self.value
     }
 
     /// Replaces the value by `f` of it, once for all replicas; on error nothing changes.
+    ///
+    /// ```
+    /// let mut m = kiln_train::Mirrored::new(1);
+    /// assert!(m.update(|_| Err(kiln_train::Error::invalid("doc", "refused"))).is_err());
+    /// assert_eq!(*m.get(), 1);
+    /// ```
     pub fn update(&mut self, f: impl FnOnce(&T) -> Result<T>) -> Result<()> {
         self.value = Arc::new(f(&self.value)?);
         Ok(())
     }
 
     /// A handle per replica (all the same value).
+    ///
+    /// ```
+    /// let m = kiln_train::Mirrored::new(String::from("shared"));
+    /// let handles = m.per_replica(3);
+    /// assert_eq!(handles.len(), 3);
+    /// assert!(std::sync::Arc::ptr_eq(&handles.values()[0], &handles.values()[2])); // one value
+    /// ```
     pub fn per_replica(&self, replicas: usize) -> PerReplica<Arc<T>> {
         PerReplica::new(vec![self.value.clone(); replicas])
     }
@@ -149,6 +195,14 @@ impl<T> Mirrored<T> {
 
 impl Strategy {
     /// Mirrored replicas with a fixed micro-batch size (both at least 1).
+    ///
+    /// ```
+    /// use kiln_train::Strategy;
+    /// let s = Strategy::mirrored(4, 8)?;
+    /// assert_eq!(s, Strategy::Mirrored { replicas: 4, micro_batch_size: 8 });
+    /// assert!(Strategy::mirrored(4, 0).is_err());
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn mirrored(replicas: usize, micro_batch_size: usize) -> Result<Strategy> {
         if replicas == 0 || micro_batch_size == 0 {
             return Err(Error::invalid(
@@ -166,6 +220,13 @@ impl Strategy {
     }
 
     /// The number of replicas (1 for one device).
+    ///
+    /// ```
+    /// use kiln_train::Strategy;
+    /// assert_eq!(Strategy::OneDevice.replicas(), 1);
+    /// assert_eq!(Strategy::mirrored(3, 4)?.replicas(), 3);
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn replicas(&self) -> usize {
         match self {
             Strategy::OneDevice => 1,
@@ -176,6 +237,12 @@ impl Strategy {
     }
 
     /// This process's replica: its MPI rank under [`Strategy::MultiProcess`], else 0.
+    ///
+    /// ```
+    /// // mirrored replicas are threads of this one process
+    /// assert_eq!(kiln_train::Strategy::mirrored(4, 8)?.rank(), 0);
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn rank(&self) -> usize {
         match self {
             #[cfg(feature = "mpi")]
@@ -185,12 +252,23 @@ impl Strategy {
     }
 
     /// Whether this process writes checkpoints and logs (rank 0).
+    ///
+    /// ```
+    /// assert!(kiln_train::Strategy::OneDevice.is_chief());
+    /// ```
     pub fn is_chief(&self) -> bool {
         self.rank() == 0
     }
 
     /// The micro-batch lengths of a global batch of `len` examples (one device: one
     /// micro-batch of all).
+    ///
+    /// ```
+    /// use kiln_train::Strategy;
+    /// assert_eq!(Strategy::OneDevice.micro_batch_lens(10), vec![10]);
+    /// assert_eq!(Strategy::mirrored(3, 4)?.micro_batch_lens(10), vec![4, 4, 2]);
+    /// # Ok::<(), kiln_train::Error>(())
+    /// ```
     pub fn micro_batch_lens(&self, len: usize) -> Vec<usize> {
         match self {
             Strategy::OneDevice => vec![len],
