@@ -119,7 +119,9 @@ fn overlap() {
     };
     let (base, eight) = (cost(0), cost(8));
     let per_unit = ((eight - base) / 8.0).max(1e-9);
-    let work = (((step - base) / per_unit).round() as u32).max(1);
+    let guess = (((step - base) / per_unit).round() as u32).max(1);
+    // a second pass corrects the linear guess by the cost it actually has
+    let work = ((f64::from(guess) * step / cost(guess)).round() as u32).max(1);
     let t = Instant::now();
     let _ = make_batch(1, work);
     let input_cost = t.elapsed().as_secs_f64();
