@@ -1499,12 +1499,17 @@ trait BatchLen {
 
 impl<B: Batch> BatchLen for B {
     fn batch_len_checked(&self, op: &'static str) -> Result<usize> {
-        self.batch_len().ok_or_else(|| {
-            Error::invalid(
-                op,
-                "a batch without a batch axis (all `()`): give features a leading axis",
-            )
-        })
+        match self.batch_len() {
+            Some(n) => Ok(n),
+            None => {
+                // parts that disagree on their length have none: let the split say which
+                self.split(&[])?;
+                Err(Error::invalid(
+                    op,
+                    "a batch without a batch axis (all `()`): give features a leading axis",
+                ))
+            }
+        }
     }
 }
 

@@ -291,6 +291,8 @@ impl Strategy {
     /// ```
     pub fn distribute<B: Batch>(&self, batch: &B) -> Result<Vec<B>> {
         let Some(len) = batch.batch_len() else {
+            // parts that disagree on their length have none: let the split say which
+            batch.split(&[])?;
             return Err(Error::invalid(
                 "Strategy::distribute",
                 "the batch has no batch axis (it is all `()`): give features a leading axis",
