@@ -50,12 +50,7 @@ impl Model for Knobs {
         let pred = x.try_matmul(&w.reshape(&[4, 1]))?.squeeze(Some(&[-1]));
         let mut spec = Spec::new().prediction("y", &pred);
         if let Some(y) = y {
-            spec = spec.loss(
-                &pred
-                    .try_sub(&y.cast(DType::F32))?
-                    .square()
-                    .mean(None, false),
-            );
+            spec = spec.loss(&pred.try_sub(y.cast(DType::F32))?.square().mean(None, false));
         }
         if mode == Mode::Train {
             spec = spec.optimizer(kiln_optim::Sgd::new(self.lr));
