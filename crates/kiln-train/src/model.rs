@@ -340,7 +340,7 @@ fn pending_value(
 }
 
 fn initial(name: &str, shape: &[usize], dtype: DType, init: &Init, seed: u64) -> Result<Array> {
-    Ok(match init {
+    let value = match init {
         Init::Zeros => Array::try_zeros(shape, dtype)?,
         Init::Ones => Array::try_ones(shape, dtype)?,
         Init::Constant(c) => Array::try_full(shape, *c, dtype)?,
@@ -369,22 +369,10 @@ fn initial(name: &str, shape: &[usize], dtype: DType, init: &Init, seed: u64) ->
             }
             v.clone()
         }
-    }
-    .eval_then())
-}
-
-/// Evaluated values, so a variable's first value is data (every later graph reads it as an
-/// input, never recomputes it).
-trait EvalThen {
-    fn eval_then(self) -> Array;
-}
-
-impl EvalThen for Array {
-    fn eval_then(self) -> Array {
-        // an error surfaces again at the first evaluation that reads it
-        let _ = self.eval();
-        self
-    }
+    };
+    // evaluated now, so the first value is data that later graphs read, never recompute
+    value.eval()?;
+    Ok(value)
 }
 
 /// Where a model function builds its graph: the mode, the global step, seeds, and the
