@@ -1,10 +1,17 @@
 """Side-by-side benchmark: kiln (default build and -C target-cpu=native) against numpy,
 numexpr and jax.jit on the workloads of design.md section 6, plus the machine's limits (a
-STREAM-style triad and numpy's BLAS sgemm). Run through ./run.sh, which makes the venv.
+STREAM triad in C on every core with streaming stores, numpy's BLAS sgemm). Run through
+./run.sh, which makes the venv.
 
 Every peer times the same thing kiln's bench binary times: a fresh result of the whole
 expression per call (inputs prepared beforehand), median over repeated runs after a warm-up.
-Prints one table; ratios are peer time / kiln time (> 1: kiln is faster).
+
+Noise from other tenants must not land on one side only, so the runs interleave: each round
+runs every workload group as kiln default, kiln native, then the peers (the order of kiln
+and the peers alternates from round to round), and the STREAM bound once. The table gives,
+per workload, the median and the range over the rounds of the per-round ratios (peer time /
+kiln time: > 1 means kiln is faster). The header names the CPU model, its ISA level and
+caches. Options: --rounds N (default 3), --quick (one short round), --only W1,W6,...
 """
 
 import json
@@ -38,8 +45,8 @@ def uniform(shape, seed):
     return np.random.default_rng(seed).uniform(-1, 1, shape).astype(np.float32)
 
 
-def peers():
-    """{(workload, size): {peer: seconds}} and the machine limits."""
+def peers(group):
+    """{(workload, size): {peer: seconds}} for one workload group (W1 ... W7)."""
     import numexpr as ne
     import jax
     import jax.numpy as jnp
@@ -55,6 +62,24 @@ def peers():
         dargs = [jnp.asarray(a) for a in args]
         return timeit(lambda: jf(*dargs).block_until_ready(), reps)
 
+    if group == "W1":
+        w1(put, ne, jax_time)
+    elif group == "W2":
+        w2(put, ne, jax_time, jnp)
+    elif group == "W3":
+        w3(put, ne, jax_time)
+    elif group == "W4":
+        w4(put, ne, jax_time, jax, jnp)
+    elif group == "W5":
+        w5(put, jax_time, jax)
+    elif group == "W6":
+        w6(put, jax, jnp)
+    elif group == "W7":
+        w7(put, jax, jnp)
+    return res
+
+
+def w1(put, ne, jax_time):
     for n in [MEGA, 16 * MEGA, 64 * MEGA]:
         a, b, c, d = (uniform(n, s) for s in (1, 2, 3, 4))
         r = reps_for(20 * n)
@@ -64,6 +89,8 @@ def peers():
         put("W1", size, "jax.jit", jax_time(lambda a, b, c, d: (a * b + c) * d - a, [a, b, c, d], r))
         del a, b, c, d
 
+
+def w2(put, ne, jax_time, jnp):
     x = uniform(16 * MEGA, 5) * 4
     r = reps_for(8 * 16 * MEGA)
     put("W2", "16M", "numpy", timeit(lambda: np.exp(-x * x) * np.sin(x) + np.tanh(x), r))
@@ -71,6 +98,8 @@ def peers():
     put("W2", "16M", "jax.jit", jax_time(lambda x: jnp.exp(-x * x) * jnp.sin(x) + jnp.tanh(x), [x], r))
     del x
 
+
+def w3(put, ne, jax_time):
     A, row, col = uniform((4096, 4096), 6), uniform(4096, 7), uniform((4096, 1), 8)
     r = reps_for(2 * 4 * 4096 * 4096)
     put("W3", "4096x4096", "numpy", timeit(lambda: A + row + col, r))
@@ -78,6 +107,8 @@ def peers():
     put("W3", "4096x4096", "jax.jit", jax_time(lambda A, r_, c_: A + r_ + c_, [A, row, col], r))
     del A
 
+
+def w4(put, ne, jax_time, jax, jnp):
     a, b = uniform(16 * MEGA, 9), uniform(16 * MEGA, 10)
     r = reps_for(8 * 16 * MEGA)
     put("W4_sum_ab", "16M", "numpy", timeit(lambda: np.dot(a, b), r))
@@ -95,6 +126,8 @@ def peers():
     put("W4_softmax_rows", "4096x1024", "numpy", timeit(lambda: np_softmax(s), r))
     put("W4_softmax_rows", "4096x1024", "jax.jit", jax_time(lambda s: jax.nn.softmax(s, axis=-1), [s], r))
 
+
+def w5(put, jax_time, jax):
     for n in [1024, 2048]:
         a, b = uniform((n, n), 13), uniform((n, n), 14)
         put("W5_sgemm", f"{n}^3", "numpy", timeit(lambda: a @ b, 11))
@@ -104,6 +137,8 @@ def peers():
     put("W5_relu_xw_b", "1024^2", "jax.jit",
         jax_time(lambda x, w, b: jax.nn.relu(x @ w + b), [x, w, bias], 11))
 
+
+def w6(put, jax, jnp):
     x, w, bias = uniform((64, 64), 20), uniform((64, 64), 18), uniform(64, 19)
     iters = 1000 if QUICK else 10000
 
@@ -121,6 +156,8 @@ def peers():
     put("W6", "64x64x10000", "numpy", timeit(loop_np, 5) / iters)
     put("W6", "64x64x10000", "jax.jit", timeit(loop_jax, 5) / iters)
 
+
+def w7(put, jax, jnp):
     # W7: one SGD step of a 784-512-10 MLP, batch 256 (jax.jit of value_and_grad + update).
     xb = uniform((256, 784), 21)
     yb = np.eye(10, dtype=np.float32)[(np.arange(256) * 7) % 10]
@@ -160,40 +197,74 @@ def peers():
     put("W7_mlp_step", "784-512-10 b256", "jax.jit",
         timeit(lambda: jax.block_until_ready(step(jp, jxb, jyb)), 101))
 
-    # Machine limits: STREAM-style triad a = b + s*c over 64M f32 (output reused: numpy's
-    # `out=` with a temporary-free two-step), and numpy's BLAS sgemm.
-    n = 64 * MEGA
-    b, c = uniform(n, 30), uniform(n, 31)
-    out = np.empty_like(b)
 
-    def triad():
-        np.multiply(c, np.float32(3.0), out=out)
-        np.add(out, b, out=out)
 
-    t = timeit(triad, 7)
-    # Bytes a real triad moves (read b, c; write a): 12 bytes per element.
-    limits = {"triad_numpy_gbs": 12 * n / t / 1e9}
-    ne.set_num_threads(os.cpu_count())
-    t = timeit(lambda: ne.evaluate("b + 3*c", local_dict={"b": b, "c": c}, out=out), 7)
-    limits["triad_numexpr_gbs"] = 12 * n / t / 1e9
+def numpy_sgemm_gflops():
+    """numpy's BLAS sgemm at 2048³, GFLOP/s."""
     a, b = uniform((2048, 2048), 13), uniform((2048, 2048), 14)
-    limits["sgemm_numpy_gflops"] = 2 * 2048**3 / timeit(lambda: a @ b, 11) / 1e9
-    return res, limits
+    return 2 * 2048**3 / timeit(lambda: a @ b, 11) / 1e9
 
 
-def kiln(target_dir, rustflags):
+def stream_bound(here):
+    """The C triad on every core with streaming stores (stream.c), GB/s (best, median)."""
+    exe = os.path.join(here, ".target-default", "stream")
+    src = os.path.join(here, "stream.c")
+    if not os.path.exists(exe) or os.path.getmtime(exe) < os.path.getmtime(src):
+        os.makedirs(os.path.dirname(exe), exist_ok=True)
+        subprocess.run(["gcc", "-O3", "-march=native", "-fopenmp", src, "-o", exe], check=True)
+    out = json.loads(subprocess.run([exe], check=True, capture_output=True, text=True).stdout)
+    return out["triad_best_gbs"], out["triad_median_gbs"]
+
+
+def machine():
+    """CPU model, ISA level (x86-64-v1..v4 from the flags; the architecture elsewhere), caches."""
+    info = open("/proc/cpuinfo").read()
+    model = next((l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith("model name")), "?")
+    flags = set(next((l.split(":", 1)[1].split() for l in info.splitlines() if l.startswith("flags")), []))
+    if "avx512f" in flags and {"avx512bw", "avx512dq", "avx512vl"} <= flags:
+        isa = "x86-64-v4 (AVX-512)"
+    elif {"avx2", "fma", "bmi2"} <= flags:
+        isa = "x86-64-v3 (AVX2, FMA)"
+    elif "sse4_2" in flags:
+        isa = "x86-64-v2 (SSE4.2)"
+    elif flags:
+        isa = "x86-64 (SSE2)"
+    else:
+        isa = os.uname().machine
+    family = next((l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith("cpu family")), "?")
+    mdl = next((l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith("model\t")), "?")
+    caches = []
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    for idx in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+        if not idx.startswith("index"):
+            continue
+        rd = lambda f: open(os.path.join(base, idx, f)).read().strip()
+        kind = rd("type")
+        if kind != "Instruction":
+            caches.append(f"L{rd('level')} {rd('size')}")
+    return f"{model} (family {family}, model {mdl}), {isa}, {os.cpu_count()} cores, caches {' / '.join(caches)}"
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def build(target_dir, rustflags):
+    """Builds kiln's bench binary into `target_dir` with `rustflags`; returns its env."""
     env = dict(os.environ)
     env["CARGO_TARGET_DIR"] = target_dir
     if rustflags:
         env["RUSTFLAGS"] = rustflags
     else:
         env.pop("RUSTFLAGS", None)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    subprocess.run(["cargo", "build", "--release", "-q", "-p", "kiln-benches"],
-                   cwd=root, env=env, check=True)
-    args = [os.path.join(target_dir, "release", "kiln-bench"), "--only",
-            "triad,W1,W2,W3,W4,W5,W6,W7"] + (["--quick"] if QUICK else [])
-    out = subprocess.run(args, cwd=root, env=env, check=True, capture_output=True, text=True)
+    subprocess.run(["cargo", "build", "--release", "-q", "-p", "kiln-benches", "--bin", "kiln-bench"],
+                   cwd=ROOT, env=env, check=True)
+    return env
+
+
+def kiln(target_dir, env, group):
+    """{(workload, size): seconds} of kiln's bench binary on one workload group."""
+    args = [os.path.join(target_dir, "release", "kiln-bench"), "--only", group] + (["--quick"] if QUICK else [])
+    out = subprocess.run(args, cwd=ROOT, env=env, check=True, capture_output=True, text=True)
     res = {}
     for line in out.stdout.splitlines():
         j = json.loads(line)
@@ -237,32 +308,75 @@ def rate(w, size, secs):
     return ""
 
 
+def arg(name, default):
+    if name in sys.argv:
+        return sys.argv[sys.argv.index(name) + 1]
+    return default
+
+
+def spread(values):
+    """'median [min–max]' of a list of ratios."""
+    if not values:
+        return "-"
+    m = statistics.median(values)
+    if len(values) == 1:
+        return f"{m:.2f}"
+    return f"{m:.2f} [{min(values):.2f}–{max(values):.2f}]"
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
-    default = kiln(os.path.join(here, ".target-default"), None)
-    native = kiln(os.path.join(here, ".target-native"), "-C target-cpu=native")
-    res, limits = peers()
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-    print(f"machine: {cpu}, {os.cpu_count()} cores; numpy {np.__version__}")
-    print(f"limits: STREAM-style triad {limits['triad_numexpr_gbs']:.1f} GB/s (numexpr, 2 threads), "
-          f"{limits['triad_numpy_gbs']:.1f} GB/s (numpy, 1 thread); numpy sgemm 2048³ "
-          f"{limits['sgemm_numpy_gflops']:.0f} GFLOP/s")
+    rounds = 1 if QUICK else int(arg("--rounds", "3"))
+    groups = arg("--only", "W1,W2,W3,W4,W5,W6,W7").split(",")
+    dirs = {"default": os.path.join(here, ".target-default"), "native": os.path.join(here, ".target-native")}
+    envs = {"default": build(dirs["default"], None), "native": build(dirs["native"], "-C target-cpu=native")}
+    times = {}   # (workload, size) -> {who: [seconds per round]}
+    ratios = {}  # (workload, size) -> {peer: [peer / kiln default per round]}
+    streams = []
+    for rnd in range(rounds):
+        streams.append(stream_bound(here))
+        for group in groups:
+            runs = ["kiln", "peers"]
+            if rnd % 2 == 1:
+                runs.reverse()  # A B, then B A: noise lands on both sides
+            got = {}
+            for who in runs:
+                if who == "kiln":
+                    got["default"] = kiln(dirs["default"], envs["default"], group)
+                    got["native"] = kiln(dirs["native"], envs["native"], group)
+                else:
+                    got["peers"] = peers(group)
+            for key, secs in got["default"].items():
+                t = times.setdefault(key, {})
+                t.setdefault("kiln", []).append(secs)
+                if key in got["native"]:
+                    t.setdefault("kiln native", []).append(got["native"][key])
+                for peer, ps in got["peers"].get(key, {}).items():
+                    t.setdefault(peer, []).append(ps)
+                    ratios.setdefault(key, {}).setdefault(peer, []).append(ps / secs)
+                if key in got["native"]:
+                    ratios.setdefault(key, {}).setdefault("default/native", []).append(secs / got["native"][key])
+    print(f"machine: {machine()}")
+    print(f"numpy {np.__version__}; {rounds} interleaved round(s); ratios: median [range] over the rounds")
+    best = [b for b, _ in streams]
+    print(f"limits (same run): C STREAM triad, {os.cpu_count()} threads, streaming stores: "
+          f"{statistics.median(best):.1f} GB/s (best of 11 per round; rounds {min(best):.1f}–{max(best):.1f}); "
+          f"numpy sgemm 2048³ {numpy_sgemm_gflops():.0f} GFLOP/s")
+    w1 = times.get(("W1", "64M"), {}).get("kiln")
+    if w1:
+        gbs = [20 * 64 * MEGA / t / 1e9 for t in w1]
+        print(f"W1 64M: kiln {statistics.median(gbs):.1f} GB/s = "
+              f"{100 * statistics.median(gbs) / statistics.median(best):.0f}% of the triad bound")
     print()
-    hdr = ["workload", "size", "kiln", "kiln rate", "kiln native", "numpy", "numexpr", "jax.jit",
-           "numpy/kiln", "numexpr/kiln", "jax/kiln", "default/native"]
+    hdr = ["workload", "size", "kiln", "kiln rate", "numpy/kiln", "numexpr/kiln", "jax/kiln", "default/native"]
     rows = []
-    for key in default:
+    for key, t in times.items():
         w, size = key
-        k, kn = default[key], native.get(key)
-        p = res.get(key, {})
-
-        def ratio(x):
-            return f"{x / k:.2f}" if x else "-"
-
-        rows.append([w, size, fmt_t(k), rate(w, size, k), fmt_t(kn), fmt_t(p.get("numpy")),
-                     fmt_t(p.get("numexpr")), fmt_t(p.get("jax.jit")), ratio(p.get("numpy")),
-                     ratio(p.get("numexpr")), ratio(p.get("jax.jit")),
-                     f"{k / kn:.2f}" if kn else "-"])
+        k = statistics.median(t["kiln"])
+        r = ratios.get(key, {})
+        rows.append([w, size, fmt_t(k), rate(w, size, k), spread(r.get("numpy", [])),
+                     spread(r.get("numexpr", [])), spread(r.get("jax.jit", [])),
+                     spread(r.get("default/native", []))])
     widths = [max(len(str(r[i])) for r in rows + [hdr]) for i in range(len(hdr))]
     line = lambda r: "| " + " | ".join(str(c).ljust(wd) for c, wd in zip(r, widths)) + " |"
     print(line(hdr))
@@ -270,8 +384,8 @@ def main():
     for r in rows:
         print(line(r))
     print()
-    print("ratios: peer time / kiln time (> 1: kiln faster); default/native: default build time /"
-          " native build time (> 1: native faster).")
+    print("ratios: peer time / kiln time per round (> 1: kiln faster); default/native: default build"
+          " time / native build time (> 1: native faster).")
 
 
 if __name__ == "__main__":
