@@ -1,6 +1,6 @@
 //! Multi-process training under `mpiexec` (MPICH): `-np 2` and `-np 4` (oversubscribed on
-//! two cores) write the bytes of 2 and 4 in-process replicas — with MPICH's allreduce and
-//! all-gather algorithms forced to other choices too, and when the ranks' runs of
+//! two cores) write the bytes of 2 and 4 in-process replicas — with MPICH's allreduce,
+//! all-gather and all-to-all algorithms forced to other choices too, and when the ranks' runs of
 //! micro-batches are not one level of the tree — a one-process job equals one replica, and
 //! a rank that panics at step 10 ends the job, non-zero, within 5 s, and a rank that hangs
 //! ends it at the collectives' deadline.
@@ -120,6 +120,8 @@ fn two_and_four_processes_write_the_bytes_of_two_and_four_replicas() {
             ),
             ("MPIR_CVAR_IALLGATHER_INTRA_ALGORITHM", "sched_ring"),
             ("MPIR_CVAR_IALLGATHER_INTRA_ALGORITHM", "sched_brucks"),
+            ("MPIR_CVAR_IALLTOALL_INTRA_ALGORITHM", "sched_pairwise"),
+            ("MPIR_CVAR_IALLTOALL_INTRA_ALGORITHM", "sched_brucks"),
         ] {
             assert!(
                 job(exe, np, "64", &[(var, alg)]) == want,
