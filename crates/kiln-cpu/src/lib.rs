@@ -92,7 +92,7 @@ pub mod vmath;
 mod walk;
 
 pub use buffer::{BufferPool, CpuBuffer, PoolStats, DEFAULT_POOL_BYTES};
-pub use simd::{detected_isa, isa, set_isa, Isa};
+pub use simd::{detected_isa, isa, set_isa, Isa, BASE_FMA};
 pub use stream::{
     set_stream_min_bytes, stream_min_bytes, streamed_bytes, DEFAULT_STREAM_MIN_BYTES,
 };

@@ -6,12 +6,16 @@
 //! the baseline, with `avx2,fma`, and with AVX-512 (`avx512f,avx512vl,avx512dq,avx512bw`). The
 //! copy to run is picked per call from [`isa`], detected once with `is_x86_feature_detected!`.
 //!
+//! On aarch64 the baseline is NEON (every aarch64 Linux CPU has it, so nothing is detected):
+//! the `sse2` level runs the same lane kernels compiled for NEON, with fused multiply-add
+//! ([`BASE_FMA`]), and is named `neon`. No wider level exists there yet (SVE is not used).
+//!
 //! The level can be lowered (never raised above what the CPU has) with the environment
 //! variable `KILN_CPU_ISA=scalar|sse2|avx2|avx512`, read once, or [`set_isa`] — tests use it
 //! to run every path the machine can run:
 //!
 //! * `scalar`: the plain per-element loops with `std`'s libm (no lane kernels);
-//! * `sse2`: the lane kernels compiled for the baseline target (on x86-64, SSE2);
+//! * `sse2` (`neon` on aarch64): the lane kernels compiled for the baseline target;
 //! * `avx2`: the same kernels with AVX2 + FMA; `avx512`: with AVX-512.
 //!
 //! Under Miri only `scalar` and `sse2` exist (detection reports no AVX), so Miri runs the safe
@@ -30,7 +34,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 pub enum Isa {
     /// Per-element loops with `std`'s math functions (the reference-like path).
     Scalar = 0,
-    /// Lane kernels at the baseline target features (SSE2 on x86-64).
+    /// Lane kernels at the baseline target features: SSE2 on x86-64, NEON on aarch64.
     Sse2 = 1,
     /// Lane kernels with AVX2 and FMA.
     Avx2 = 2,
@@ -42,7 +46,7 @@ impl Isa {
     /// Every level, lowest first.
     pub const ALL: [Isa; 4] = [Isa::Scalar, Isa::Sse2, Isa::Avx2, Isa::Avx512];
 
-    /// The level's name as `KILN_CPU_ISA` spells it.
+    /// The level's name as `KILN_CPU_ISA` spells it (the baseline is `neon` on aarch64).
     ///
     /// ```
     /// assert_eq!(kiln_cpu::Isa::Avx2.name(), "avx2");
@@ -50,27 +54,43 @@ impl Isa {
     pub fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
+            Isa::Sse2 if cfg!(target_arch = "aarch64") => "neon",
             Isa::Sse2 => "sse2",
             Isa::Avx2 => "avx2",
             Isa::Avx512 => "avx512",
         }
     }
 
-    /// Parses a name (`scalar`, `sse2`, `avx2`, `avx512`).
+    /// Parses a name (`scalar`, `sse2`, `neon`, `avx2`, `avx512`); `sse2` and `neon` both
+    /// name the baseline lane kernels on any architecture.
     ///
     /// ```
     /// assert_eq!(kiln_cpu::Isa::parse("sse2"), Some(kiln_cpu::Isa::Sse2));
+    /// assert_eq!(kiln_cpu::Isa::parse("NEON"), Some(kiln_cpu::Isa::Sse2));
     /// ```
     pub fn parse(s: &str) -> Option<Isa> {
+        let s = s.trim();
+        if s.eq_ignore_ascii_case("neon") || s.eq_ignore_ascii_case("sse2") {
+            return Some(Isa::Sse2);
+        }
         Isa::ALL
             .into_iter()
-            .find(|i| i.name().eq_ignore_ascii_case(s.trim()))
+            .find(|i| i.name().eq_ignore_ascii_case(s))
     }
 
     fn from_u8(v: u8) -> Isa {
         Isa::ALL[v.min(3) as usize]
     }
 }
+
+/// Whether the baseline lane kernels use fused multiply-add: yes on aarch64 (NEON's `fmla`
+/// is part of the baseline), no on x86-64 (SSE2 has no FMA, and `mul_add` there would call
+/// libm).
+///
+/// ```
+/// assert_eq!(kiln_cpu::BASE_FMA, cfg!(target_arch = "aarch64"));
+/// ```
+pub const BASE_FMA: bool = cfg!(target_arch = "aarch64");
 
 const UNSET: u8 = u8::MAX;
 static LEVEL: AtomicU8 = AtomicU8::new(UNSET);
@@ -143,7 +163,8 @@ pub fn set_isa(level: Isa) -> Isa {
 
 /// `pub fn $name(args) -> ret` calling `$generic::<FMA>(args)` compiled for the current
 /// [`isa`] level: `$generic` must be `#[inline(always)]` so its body is compiled with each
-/// copy's target features (`FMA` is true in the AVX2 and AVX-512 copies).
+/// copy's target features (`FMA` is true in the AVX2 and AVX-512 copies, and [`BASE_FMA`] in
+/// the baseline one).
 macro_rules! versions {
     ($(#[$m:meta])* $vis:vis fn $name:ident = $generic:ident ($($arg:ident : $ty:ty),* $(,)?) -> $ret:ty) => {
         $(#[$m])*
@@ -166,7 +187,7 @@ macro_rules! versions {
                 #[cfg(all(target_arch = "x86_64", not(miri)))]
                 // SAFETY: `isa()` reports `Avx2` or higher only if the CPU has avx2 and fma.
                 $crate::simd::Isa::Avx2 => unsafe { avx2($($arg),*) },
-                _ => $generic::<false>($($arg),*),
+                _ => $generic::<{ $crate::simd::BASE_FMA }>($($arg),*),
             }
         }
     };
