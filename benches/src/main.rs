@@ -108,6 +108,8 @@ struct Timing<'a> {
     size: &'a str,
     build: &'static str,
     isa: &'static str,
+    /// The prefetch policy in force (`kiln_cpu::tuning()`): cache level / blocks ahead.
+    prefetch: String,
     median_ms: f64,
     min_ms: f64,
     max_ms: f64,
@@ -126,6 +128,8 @@ struct W6Timing {
     size: &'static str,
     build: &'static str,
     isa: &'static str,
+    /// As in [`Timing`].
+    prefetch: String,
     median_ms: f64,
     us_per_iter: f64,
     gflop_per_s: f64,
@@ -234,6 +238,12 @@ fn flavour() -> &'static str {
     }
 }
 
+/// The prefetch policy, e.g. `l2/2` (L2 hints two blocks ahead).
+fn prefetch() -> String {
+    let t = kiln_cpu::tuning();
+    format!("{}/{}", t.prefetch.name(), t.prefetch_ahead)
+}
+
 /// One timing line: median over `reps` runs (after a warm-up), with GB/s or GFLOP/s.
 fn report(workload: &str, size: &str, reps: usize, bytes: f64, flops: f64, f: impl FnMut()) {
     report_with(workload, size, reps, bytes, flops, None, f)
@@ -257,6 +267,7 @@ fn report_with(
         size,
         build: flavour(),
         isa: kiln_cpu::isa().name(),
+        prefetch: prefetch(),
         median_ms: round(med * 1e3, 4),
         min_ms: round(lo * 1e3, 4),
         max_ms: round(hi * 1e3, 4),
@@ -556,6 +567,7 @@ fn workloads(quick: bool, only: Option<&[Workload]>) {
             size: "64x64x10000",
             build: flavour(),
             isa: kiln_cpu::isa().name(),
+            prefetch: prefetch(),
             median_ms: round(med * 1e3, 6),
             us_per_iter: round(med * 1e6, 3),
             gflop_per_s: round(2.0 * 64f64.powi(3) / med / 1e9, 2),

@@ -87,6 +87,7 @@ mod simd;
 mod source;
 mod stream;
 mod team;
+mod tune;
 mod typed;
 pub mod vmath;
 mod walk;
@@ -97,6 +98,7 @@ pub use stream::{
     set_stream_min_bytes, stream_min_bytes, streamed_bytes, DEFAULT_STREAM_MIN_BYTES,
 };
 pub use team::{Team, DEFAULT_SPIN};
+pub use tune::{machine, parse_size, parse_vendor, tuning, Machine, Prefetch, Tuning, Vendor};
 pub use typed::{Aligned, Conv, Elem, TSlice, TSliceMut, TypedVec, ALIGN_BYTES};
 
 use kiln_compiler::{Arg, Backend, Executor, GroupKernel, Kernel, KernelKind, Launch};

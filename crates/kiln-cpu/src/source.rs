@@ -3,9 +3,10 @@
 //! its resolved view. [`Src::read`] copies any range of positions of any walk into a typed
 //! destination; [`prefetch`] hints the next block of large contiguous sources into the cache.
 //!
-//! Depends on [`crate::walk`], [`crate::typed`], [`crate::buffer`], `kiln-compiler`, `kiln-ir`.
+//! Depends on [`crate::walk`], [`crate::typed`], [`crate::buffer`], [`crate::tune`] (the prefetch policy), `kiln-compiler`, `kiln-ir`.
 
 use crate::buffer::CpuBuffer;
+use crate::tune::Prefetch;
 use crate::typed::{with_variant, Elem, TSlice, TSliceMut, TypedVec};
 use crate::walk::{gather, internal, Walk};
 use kiln_compiler::{Arg, Kernel, Launch, Source};
@@ -45,19 +46,29 @@ pub struct Src<'a> {
     pub walk: Walk,
 }
 
-/// Hints the CPU to fetch positions `start..end` of every contiguous source (the block
-/// after the one about to be evaluated): the interpreter reads its sources one instruction
-/// at a time, so without the hint only one or two input streams are in flight at once. W1
-/// (`(a*b + c)*d - a`, 16M and 64M f32, 2 threads) ran 12 % faster with it (`kiln-bench
-/// --only W1`, three interleaved runs each: 18.2–19.4 → 16.1–16.3 ms at 16M).
+/// Hints the CPU to fetch the block of positions `start..end` of every contiguous source
+/// (the block after the one about to be evaluated), or the block [`Tuning::prefetch_ahead`]
+/// − 1 blocks further on, into the cache level [`Tuning::prefetch`] names ([`crate::tuning`]:
+/// the measurements per CPU vendor are in `tune.rs`): the interpreter reads its sources one
+/// instruction at a time, so without a hint only one or two input streams are in flight at
+/// once.
 ///
 /// Only sources of at least [`PREFETCH_MIN_BYTES`] are hinted: smaller ones are likely in the
 /// last-level cache, where the hint only costs instructions and L1 lines (row softmax over a
 /// 16 MiB array and W1 at 1M elements ran ~8 % slower with it).
+///
+/// [`Tuning::prefetch_ahead`]: crate::Tuning::prefetch_ahead
+/// [`Tuning::prefetch`]: crate::Tuning::prefetch
 pub fn prefetch(srcs: &[Src<'_>], start: usize, end: usize) {
+    let tuning = crate::tune::tuning();
+    if tuning.prefetch == Prefetch::Off || start >= end {
+        return;
+    }
+    let shift = (end - start).saturating_mul(tuning.prefetch_ahead - 1);
+    let (start, end) = (start.saturating_add(shift), end.saturating_add(shift));
     for src in srcs {
         if src.walk.numel * src.dtype.size_bytes() >= PREFETCH_MIN_BYTES {
-            src.prefetch(start, end);
+            src.prefetch(start, end, tuning.prefetch);
         }
     }
 }
@@ -65,15 +76,14 @@ pub fn prefetch(srcs: &[Src<'_>], start: usize, end: usize) {
 /// The smallest source [`prefetch`] hints.
 pub const PREFETCH_MIN_BYTES: usize = 32 << 20;
 
-/// Prefetches the cache lines of `bytes` bytes from `base` (a hint: never faults).
+/// Prefetches the cache lines of `bytes` bytes from `base` with the `_mm_prefetch` hint
+/// `HINT` (a hint: never faults).
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 #[target_feature(enable = "sse")]
-fn prefetch_lines(base: *const i8, bytes: usize) {
+fn prefetch_lines<const HINT: i32>(base: *const i8, bytes: usize) {
     let mut at = 0;
     while at < bytes {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-            base.wrapping_add(at),
-        );
+        std::arch::x86_64::_mm_prefetch::<HINT>(base.wrapping_add(at));
         at += 64;
     }
 }
@@ -127,7 +137,7 @@ pub fn ahead_step() {
             // `#[target_feature(enable = "sse")]` function; a prefetch never faults,
             // whatever the address.
             unsafe {
-                prefetch_lines(r.0 as *const i8, n)
+                prefetch_lines::<{ std::arch::x86_64::_MM_HINT_T0 }>(r.0 as *const i8, n)
             };
             r.0 = r.0.wrapping_add(n);
             r.1 -= n;
@@ -147,11 +157,11 @@ fn ahead_left() -> usize {
 
 impl Src<'_> {
     /// Hints the CPU to fetch positions `start..end` of contiguous buffer data into the
-    /// cache (no effect on other sources, on values, or under Miri).
-    pub fn prefetch(&self, start: usize, end: usize) {
+    /// cache level `to` (no effect on other sources, on values, or under Miri).
+    pub fn prefetch(&self, start: usize, end: usize, to: Prefetch) {
         // Off x86-64 (aarch64's hint intrinsic is not stable Rust) the hint is skipped.
         #[cfg(not(all(target_arch = "x86_64", not(miri))))]
-        let _ = (start, end);
+        let _ = (start, end, to);
         #[cfg(all(target_arch = "x86_64", not(miri)))]
         if let Some(d) = self.direct() {
             let end = end.min(d.len());
@@ -161,9 +171,15 @@ impl Src<'_> {
             with_variant!(d, TSlice, v => {
                 let bytes = std::mem::size_of_val(&v[start..end]);
                 let base = v[start..end].as_ptr() as *const i8;
+                use std::arch::x86_64::{_MM_HINT_T0, _MM_HINT_T2};
                 // SAFETY: SSE is part of the x86-64 baseline, so every x86-64 CPU runs the
                 // `#[target_feature(enable = "sse")]` function.
-                unsafe { prefetch_lines(base, bytes) }
+                match to {
+                    Prefetch::L1 => unsafe { prefetch_lines::<_MM_HINT_T0>(base, bytes) },
+                    // SAFETY: as above.
+                    Prefetch::L2 => unsafe { prefetch_lines::<_MM_HINT_T2>(base, bytes) },
+                    Prefetch::Off => {}
+                }
             });
         }
     }
@@ -454,14 +470,16 @@ mod tests {
             (3990, 9000),
             (9000, 9100),
         ] {
-            src.prefetch(a, b);
+            for to in [Prefetch::L1, Prefetch::L2, Prefetch::Off] {
+                src.prefetch(a, b, to);
+            }
         }
         let strided = Src {
             kind: SrcKind::Data(TSlice::F32(&data)),
             dtype: DType::F32,
             walk: Walk::new(&[100], &[3], 0),
         };
-        strided.prefetch(0, 100);
+        strided.prefetch(0, 100, Prefetch::L1);
         let iota = Src {
             kind: SrcKind::Iota { stride: 1, len: 0 },
             dtype: DType::I64,
