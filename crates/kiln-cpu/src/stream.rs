@@ -4,7 +4,7 @@
 //!
 //! [`Writer`] holds the outputs while it writes and issues the store fence when it is
 //! dropped, so no other code can see an output before the streamed stores are ordered.
-//! Depends on `simd` (the ISA level) and `typed`.
+//! Depends on `simd` (the ISA level), `tune` (whether AVX2 streams) and `typed`.
 
 use crate::typed::{copy_cast, TSlice, TSliceMut};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -47,8 +47,8 @@ pub fn streamed_bytes() -> u64 {
     STREAMED.load(Ordering::Relaxed)
 }
 
-/// Writes blocks of results into a kernel's outputs, streaming them at AVX-512 (a plain
-/// copy at other levels: 32- and 16-byte streaming stores measured no faster here).
+/// Writes blocks of results into a kernel's outputs, streaming them at AVX-512, and at AVX2
+/// where [`crate::Tuning::stream_avx2`] says so (a plain copy otherwise).
 pub struct Writer<'o, 'a> {
     outs: &'o mut [TSliceMut<'a>],
     streams: bool,
@@ -58,7 +58,7 @@ pub struct Writer<'o, 'a> {
 impl<'o, 'a> Writer<'o, 'a> {
     /// A writer over `outs`; `stream` asks for non-temporal stores.
     pub fn new(outs: &'o mut [TSliceMut<'a>], stream: bool) -> Self {
-        let streams = stream && cfg!(all(target_arch = "x86_64", not(miri))) && avx512();
+        let streams = stream && cfg!(all(target_arch = "x86_64", not(miri))) && streaming_level();
         Writer {
             outs,
             streams,
@@ -99,19 +99,57 @@ fn avx512() -> bool {
     crate::simd::isa() >= crate::simd::Isa::Avx512
 }
 
-/// `dst.copy_from_slice(src)` with non-temporal stores over `dst`'s 64-byte-aligned middle.
-/// Only called by a [`Writer`] that streams (AVX-512 detected), which fences on drop.
+fn avx2() -> bool {
+    crate::simd::isa() >= crate::simd::Isa::Avx2
+}
+
+/// Whether the current level streams: AVX-512, or AVX2 where the tuning asks for it.
+fn streaming_level() -> bool {
+    avx512() || (avx2() && crate::tune::tuning().stream_avx2)
+}
+
+/// `dst.copy_from_slice(src)` with non-temporal stores over `dst`'s aligned middle (64-byte
+/// stores at AVX-512, 32-byte ones at AVX2). Only called by a [`Writer`] that streams, which
+/// fences on drop.
 fn copy<T: Copy>(src: &[T], dst: &mut [T]) {
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     {
         let size = std::mem::size_of::<T>();
-        if size > 0 && 64 % size == 0 && src.len() == dst.len() && avx512() {
-            // SAFETY: `avx512()` checked that the CPU has AVX-512F.
-            unsafe { copy_avx512(src, dst) };
-            return;
+        if size > 0 && 32 % size == 0 && src.len() == dst.len() {
+            if avx512() {
+                // SAFETY: `avx512()` checked that the CPU has AVX-512F.
+                unsafe { copy_avx512(src, dst) };
+                return;
+            }
+            if avx2() {
+                // SAFETY: `avx2()` checked that the CPU has AVX2 (and so AVX).
+                unsafe { copy_avx2(src, dst) };
+                return;
+            }
         }
     }
     dst.copy_from_slice(src);
+}
+
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[target_feature(enable = "avx")]
+fn copy_avx2<T: Copy>(src: &[T], dst: &mut [T]) {
+    use std::arch::x86_64::{__m256i, _mm256_loadu_si256, _mm256_stream_si256};
+    let lanes = 32 / std::mem::size_of::<T>();
+    let head = dst.as_ptr().align_offset(32).min(dst.len());
+    dst[..head].copy_from_slice(&src[..head]);
+    let lines = (dst.len() - head) / lanes;
+    let s = src[head..].as_ptr().cast::<__m256i>();
+    let d = dst[head..].as_mut_ptr().cast::<__m256i>();
+    for i in 0..lines {
+        // SAFETY: vector `i` covers elements `head + i·lanes .. head + (i + 1)·lanes`, inside
+        // both slices (`lines` whole vectors fit after `head`; the lengths are equal). `d` is
+        // 32-byte aligned (`head` was chosen so), as the streaming store requires; the load
+        // is unaligned. `T` is `Copy`, so any bytes written are a valid `T` copied from `src`.
+        unsafe { _mm256_stream_si256(d.add(i), _mm256_loadu_si256(s.add(i))) };
+    }
+    let tail = head + lines * lanes;
+    dst[tail..].copy_from_slice(&src[tail..]);
 }
 
 #[cfg(all(target_arch = "x86_64", not(miri)))]
@@ -160,6 +198,26 @@ mod tests {
             }
         }
         #[cfg(all(target_arch = "x86_64", not(miri)))]
+        if avx2() {
+            // The 32-byte path directly, whatever level `copy` picked above.
+            for off in 0..9 {
+                for len in [0usize, 1, 7, 8, 9, 15, 16, 17, 64, 100, 250] {
+                    let mut dst = vec![0.0f32; 300];
+                    // SAFETY: `avx2()` checked that the CPU has AVX2.
+                    unsafe { copy_avx2(&src[off..off + len], &mut dst[off..off + len]) };
+                    let mut want = vec![0.0f32; 300];
+                    want[off..off + len].copy_from_slice(&src[off..off + len]);
+                    assert_eq!(dst, want, "32-byte f32 offset {off} length {len}");
+                    let mut dst = vec![0i64; 300];
+                    // SAFETY: as above.
+                    unsafe { copy_avx2(&src64[off..off + len], &mut dst[off..off + len]) };
+                    let mut want = vec![0i64; 300];
+                    want[off..off + len].copy_from_slice(&src64[off..off + len]);
+                    assert_eq!(dst, want, "32-byte i64 offset {off} length {len}");
+                }
+            }
+        }
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
         unsafe {
             // SAFETY: SSE is part of the x86_64 baseline.
             std::arch::x86_64::_mm_sfence()
@@ -182,7 +240,7 @@ mod tests {
         assert_eq!(a[19], 0.0);
         assert_eq!(a[21], 1.0 / 3.0);
         assert_eq!(b[3..6], [0, 2, 5]);
-        if cfg!(all(target_arch = "x86_64", not(miri))) && avx512() {
+        if cfg!(all(target_arch = "x86_64", not(miri))) && streaming_level() {
             assert!(streamed_bytes() >= before + 160);
         }
     }

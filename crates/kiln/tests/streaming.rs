@@ -42,7 +42,9 @@ fn check(ys: &[&Array], tol: f64, what: &str) {
 }
 
 fn streams() -> bool {
-    cfg!(target_arch = "x86_64") && kiln_cpu::isa() >= kiln_cpu::Isa::Avx512
+    cfg!(target_arch = "x86_64")
+        && (kiln_cpu::isa() >= kiln_cpu::Isa::Avx512
+            || (kiln_cpu::isa() >= kiln_cpu::Isa::Avx2 && kiln_cpu::tuning().stream_avx2))
 }
 
 #[test]
