@@ -295,10 +295,10 @@ struct Zmm;
 /// The intrinsic blocks: `$lanes` elements per register, at most four registers per row.
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 macro_rules! zmm_block {
-    ($t:ty, $v:ty, $f:ident, $packed:ident, $start:ident, $finish:ident, $lanes:literal, $zero:ident, $load:ident, $store:ident, $set1:ident, $fmadd:ident, $dot:ident) => {
+    ($reg:ident, $level:ident, $feat:literal, $t:ty, $v:ty, $f:ident, $packed:ident, $start:ident, $finish:ident, $lanes:literal, $zero:ident, $load:ident, $store:ident, $set1:ident, $fmadd:ident, $dot:ident) => {
         /// The accumulators of an `MR × NR` block (`NR / $lanes` registers per row used):
         /// zero, or loaded from `init`.
-        #[target_feature(enable = "avx512f")]
+        #[target_feature(enable = $feat)]
         #[inline]
         fn $start<const MR: usize, const NR: usize>(
             init: Option<&[[$t; NR]; MR]>,
@@ -318,7 +318,7 @@ macro_rules! zmm_block {
         }
 
         /// The accumulators stored as an array (the inverse of the function above).
-        #[target_feature(enable = "avx512f")]
+        #[target_feature(enable = $feat)]
         #[inline]
         fn $finish<const MR: usize, const NR: usize>(acc: &[[$v; 4]; MR]) -> [[$t; NR]; MR] {
             use std::arch::x86_64::*;
@@ -332,7 +332,7 @@ macro_rules! zmm_block {
             out
         }
 
-        #[target_feature(enable = "avx512f")]
+        #[target_feature(enable = $feat)]
         #[inline]
         fn $f<P: Panel<$t, MR>, const MR: usize, const NR: usize>(
             a: P,
@@ -345,7 +345,9 @@ macro_rules! zmm_block {
             let nv = NR / $lanes;
             assert!(
                 NR == nv * $lanes && nv <= 4,
-                "{NR} columns in 512-bit registers"
+                "{NR} columns in {} registers of {} lanes",
+                nv,
+                $lanes
             );
             let mut acc = $start::<MR, NR>(init);
             let a = a.first(k);
@@ -373,7 +375,7 @@ macro_rules! zmm_block {
 
         /// [`Micro::packed`] in registers: the panels walked with pointers after one check
         /// of their lengths (no bounds check per step).
-        #[target_feature(enable = "avx512f")]
+        #[target_feature(enable = $feat)]
         #[inline]
         fn $packed<const MR: usize, const NR: usize>(
             a: &[$t],
@@ -385,7 +387,9 @@ macro_rules! zmm_block {
             let nv = NR / $lanes;
             assert!(
                 NR == nv * $lanes && nv <= 4,
-                "{NR} columns in 512-bit registers"
+                "{NR} columns in {} registers of {} lanes",
+                nv,
+                $lanes
             );
             assert!(
                 a.len() >= k * MR && b.len() >= k * NR,
@@ -417,7 +421,7 @@ macro_rules! zmm_block {
             $finish::<MR, NR>(&acc)
         }
 
-        impl Micro<$t> for Zmm {
+        impl Micro<$t> for $reg {
             const FUSED: bool = true;
             #[inline(always)]
             fn packed<const MR: usize, const NR: usize>(
@@ -437,12 +441,12 @@ macro_rules! zmm_block {
                 j0: usize,
                 init: Option<&[[$t; NR]; MR]>,
             ) -> [[$t; NR]; MR] {
-                debug_assert!(crate::simd::detected_isa() >= crate::simd::Isa::Avx512);
-                // SAFETY: `Zmm` is named only in the AVX-512 copies of `dispatch!`, which run
-                // only when `detected_isa()` found AVX-512F on this CPU.
+                debug_assert!(crate::simd::detected_isa() >= crate::simd::Isa::$level);
+                // SAFETY: `$reg` is named only in the copies of `dispatch!` for `$level`,
+                // which run only when `detected_isa()` found `$feat` on this CPU.
                 unsafe { $f::<P, MR, NR>(a, k, b, j0, init) }
             }
-            simd_dot_method!($t, $dot, $lanes, Avx512);
+            simd_dot_method!($t, $dot, $lanes, $level);
         }
     };
 }
@@ -550,7 +554,8 @@ simd_dot!(
     _mm256_fmadd_pd
 );
 
-/// The AVX2 level: [`Lanes`]' blocks with fused multiply-adds, `simd_dot!`'s dot products.
+/// 256-bit registers through intrinsics, for the AVX2 copies only (the same blocks as
+/// [`Zmm`]'s, `zmm_block!`, at eight f32 lanes), and `simd_dot!`'s dot products.
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 struct Ymm;
 
@@ -576,31 +581,49 @@ macro_rules! simd_dot_method {
 }
 
 #[cfg(all(target_arch = "x86_64", not(miri)))]
-macro_rules! ymm_micro {
-    ($t:ty, $f:ident, $lanes:literal) => {
-        impl Micro<$t> for Ymm {
-            const FUSED: bool = true;
-            #[inline(always)]
-            fn block<P: Panel<$t, MR>, const MR: usize, const NR: usize>(
-                a: P,
-                k: usize,
-                b: Rows<'_, $t>,
-                j0: usize,
-                init: Option<&[[$t; NR]; MR]>,
-            ) -> [[$t; NR]; MR] {
-                <Lanes<true> as Micro<$t>>::block::<P, MR, NR>(a, k, b, j0, init)
-            }
-            simd_dot_method!($t, $f, $lanes, Avx2);
-        }
-    };
-}
+zmm_block!(
+    Ymm,
+    Avx2,
+    "avx2,fma",
+    f32,
+    std::arch::x86_64::__m256,
+    ymm_f32,
+    ymm_packed_f32,
+    ymm_start_f32,
+    ymm_finish_f32,
+    8,
+    _mm256_setzero_ps,
+    _mm256_loadu_ps,
+    _mm256_storeu_ps,
+    _mm256_set1_ps,
+    _mm256_fmadd_ps,
+    ymm_dot_f32
+);
 #[cfg(all(target_arch = "x86_64", not(miri)))]
-ymm_micro!(f32, ymm_dot_f32, 8);
-#[cfg(all(target_arch = "x86_64", not(miri)))]
-ymm_micro!(f64, ymm_dot_f64, 4);
+zmm_block!(
+    Ymm,
+    Avx2,
+    "avx2,fma",
+    f64,
+    std::arch::x86_64::__m256d,
+    ymm_f64,
+    ymm_packed_f64,
+    ymm_start_f64,
+    ymm_finish_f64,
+    4,
+    _mm256_setzero_pd,
+    _mm256_loadu_pd,
+    _mm256_storeu_pd,
+    _mm256_set1_pd,
+    _mm256_fmadd_pd,
+    ymm_dot_f64
+);
 
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 zmm_block!(
+    Zmm,
+    Avx512,
+    "avx512f",
     f32,
     std::arch::x86_64::__m512,
     zmm_f32,
@@ -617,6 +640,9 @@ zmm_block!(
 );
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 zmm_block!(
+    Zmm,
+    Avx512,
+    "avx512f",
     f64,
     std::arch::x86_64::__m512d,
     zmm_f64,
