@@ -131,47 +131,51 @@ fn copy<T: Copy>(src: &[T], dst: &mut [T]) {
     dst.copy_from_slice(src);
 }
 
+/// `$name`: [`copy`]'s non-temporal path for `$bytes`-byte vectors (`$feat`).
 #[cfg(all(target_arch = "x86_64", not(miri)))]
-#[target_feature(enable = "avx")]
-fn copy_avx2<T: Copy>(src: &[T], dst: &mut [T]) {
-    use std::arch::x86_64::{__m256i, _mm256_loadu_si256, _mm256_stream_si256};
-    let lanes = 32 / std::mem::size_of::<T>();
-    let head = dst.as_ptr().align_offset(32).min(dst.len());
-    dst[..head].copy_from_slice(&src[..head]);
-    let lines = (dst.len() - head) / lanes;
-    let s = src[head..].as_ptr().cast::<__m256i>();
-    let d = dst[head..].as_mut_ptr().cast::<__m256i>();
-    for i in 0..lines {
-        // SAFETY: vector `i` covers elements `head + i·lanes .. head + (i + 1)·lanes`, inside
-        // both slices (`lines` whole vectors fit after `head`; the lengths are equal). `d` is
-        // 32-byte aligned (`head` was chosen so), as the streaming store requires; the load
-        // is unaligned. `T` is `Copy`, so any bytes written are a valid `T` copied from `src`.
-        unsafe { _mm256_stream_si256(d.add(i), _mm256_loadu_si256(s.add(i))) };
-    }
-    let tail = head + lines * lanes;
-    dst[tail..].copy_from_slice(&src[tail..]);
+macro_rules! stream_copy {
+    ($name:ident, $feat:literal, $bytes:literal, $vec:ident, $load:ident, $store:ident) => {
+        #[target_feature(enable = $feat)]
+        fn $name<T: Copy>(src: &[T], dst: &mut [T]) {
+            use std::arch::x86_64::{$load, $store, $vec};
+            let lanes = $bytes / std::mem::size_of::<T>();
+            let head = dst.as_ptr().align_offset($bytes).min(dst.len());
+            dst[..head].copy_from_slice(&src[..head]);
+            let lines = (dst.len() - head) / lanes;
+            let s = src[head..].as_ptr().cast::<$vec>();
+            let d = dst[head..].as_mut_ptr().cast::<$vec>();
+            for i in 0..lines {
+                // SAFETY: vector `i` covers elements `head + i·lanes .. head + (i + 1)·lanes`,
+                // inside both slices (`lines` whole vectors fit after `head`; the lengths are
+                // equal). `d` is `$bytes`-byte aligned (`head` was chosen so), as the
+                // streaming store requires; the load is unaligned. `T` is `Copy`, so any
+                // bytes written are a valid `T` copied from `src`.
+                unsafe { $store(d.add(i), $load(s.add(i))) };
+            }
+            let tail = head + lines * lanes;
+            dst[tail..].copy_from_slice(&src[tail..]);
+        }
+    };
 }
 
 #[cfg(all(target_arch = "x86_64", not(miri)))]
-#[target_feature(enable = "avx512f")]
-fn copy_avx512<T: Copy>(src: &[T], dst: &mut [T]) {
-    use std::arch::x86_64::{__m512i, _mm512_loadu_si512, _mm512_stream_si512};
-    let lanes = 64 / std::mem::size_of::<T>();
-    let head = dst.as_ptr().align_offset(64).min(dst.len());
-    dst[..head].copy_from_slice(&src[..head]);
-    let lines = (dst.len() - head) / lanes;
-    let s = src[head..].as_ptr().cast::<__m512i>();
-    let d = dst[head..].as_mut_ptr().cast::<__m512i>();
-    for i in 0..lines {
-        // SAFETY: line `i` covers elements `head + i·lanes .. head + (i + 1)·lanes`, inside
-        // both slices (`lines` whole lines fit after `head`; the lengths are equal). `d` is
-        // 64-byte aligned (`head` was chosen so), as the streaming store requires; the load
-        // is unaligned. `T` is `Copy`, so any bytes written are a valid `T` copied from `src`.
-        unsafe { _mm512_stream_si512(d.add(i), _mm512_loadu_si512(s.add(i))) };
-    }
-    let tail = head + lines * lanes;
-    dst[tail..].copy_from_slice(&src[tail..]);
-}
+stream_copy!(
+    copy_avx2,
+    "avx",
+    32,
+    __m256i,
+    _mm256_loadu_si256,
+    _mm256_stream_si256
+);
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+stream_copy!(
+    copy_avx512,
+    "avx512f",
+    64,
+    __m512i,
+    _mm512_loadu_si512,
+    _mm512_stream_si512
+);
 
 #[cfg(test)]
 mod tests {
