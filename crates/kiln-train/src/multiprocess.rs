@@ -104,13 +104,27 @@ pub fn init() -> Result<Mpi> {
     std::panic::set_hook(Box::new(move |info| {
         report(info);
         eprintln!("kiln-train: rank {rank} panicked; aborting the MPI job");
-        SimpleCommunicator::world().abort(101);
+        abort_after_output(101);
     }));
     Ok(Mpi {
         _universe: universe,
         rank,
         size,
     })
+}
+
+/// How long a rank waits between writing why it aborts and calling `MPI_Abort`.
+///
+/// The process manager (MPICH's hydra) forwards a rank's stderr through a pipe and handles
+/// the abort through a socket, in whichever order its poll loop sees them: a line written
+/// just before `MPI_Abort` can be lost when the abort is handled first (seen once in CI).
+const OUTPUT_GRACE: Duration = Duration::from_millis(500);
+
+/// Ends the whole job with `code` after giving the process manager [`OUTPUT_GRACE`] to
+/// forward what this rank has written.
+fn abort_after_output(code: i32) -> ! {
+    std::thread::sleep(OUTPUT_GRACE);
+    SimpleCommunicator::world().abort(code)
 }
 
 /// The world communicator, if MPI is running.
@@ -167,7 +181,7 @@ fn wait<'a, D: ?Sized, S: Scope<'a>>(
                         world.rank()
                     );
                     let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
-                    world.abort(124);
+                    abort_after_output(124);
                 }
                 req = pending;
                 // MPI moves a large message only while it is called: poll eagerly at first

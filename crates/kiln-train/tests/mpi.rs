@@ -148,9 +148,10 @@ fn a_one_process_job_is_one_replica() {
     assert!(bytes == in_process(1, "64"));
 }
 
-/// A 2-rank job with an injected fault (`--panic-at` or `--stall-at`); how long it took and
-/// its stderr, after checking it failed.
-fn faulty_job(exe: &str, fault: &[&str], env: &[(&str, &str)]) -> (Duration, String) {
+/// A 2-rank job with an injected fault (`--panic-at` or `--stall-at`); how long it took,
+/// mpiexec's exit code (hydra passes on the code given to `MPI_Abort`) and a report of its
+/// status and output, after checking it failed.
+fn faulty_job(exe: &str, fault: &[&str], env: &[(&str, &str)]) -> (Duration, Option<i32>, String) {
     let dir = scratch(&format!("fault-{}", fault.join("")));
     let start = Instant::now();
     let mut c = Command::new(exe);
@@ -165,33 +166,48 @@ fn faulty_job(exe: &str, fault: &[&str], env: &[(&str, &str)]) -> (Duration, Str
     let out = c.output().expect("start mpiexec");
     let took = start.elapsed();
     std::fs::remove_dir_all(&dir).ok();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(!out.status.success(), "the job succeeded: {stderr}");
-    (took, stderr)
+    let report = format!(
+        "mpiexec ended with {:?} after {took:?}\n--- stdout:\n{}\n--- stderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "the job succeeded: {report}");
+    (took, out.status.code(), report)
 }
 
 #[test]
 fn a_rank_that_panics_ends_the_job_non_zero_within_five_seconds() {
     let Some(exe) = mpiexec() else { return };
-    let (took, stderr) = faulty_job(exe, &["--panic-at", "10:1"], &[]);
+    let (took, code, report) = faulty_job(exe, &["--panic-at", "10:1"], &[]);
     assert!(
         took < Duration::from_secs(5),
-        "the job took {took:?} to end"
+        "the job took too long: {report}"
     );
-    assert!(stderr.contains("--panic-at: step 10 on rank 1"), "{stderr}");
+    assert_eq!(
+        code,
+        Some(101),
+        "not the panic hook's MPI_Abort code: {report}"
+    );
+    assert!(report.contains("--panic-at: step 10 on rank 1"), "{report}");
 }
 
 #[test]
 fn a_rank_that_hangs_ends_the_job_at_the_deadline() {
     let Some(exe) = mpiexec() else { return };
-    let (took, stderr) = faulty_job(
+    let (took, code, report) = faulty_job(
         exe,
         &["--stall-at", "5:1"],
         &[("KILN_MPI_DEADLINE_SECS", "2")],
     );
     assert!(
         took < Duration::from_secs(20),
-        "the job took {took:?} to end"
+        "the job took too long: {report}"
     );
-    assert!(stderr.contains("did not complete within"), "{stderr}");
+    assert_eq!(
+        code,
+        Some(124),
+        "not the deadline's MPI_Abort code: {report}"
+    );
+    assert!(report.contains("did not complete within"), "{report}");
 }
