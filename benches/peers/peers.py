@@ -8,10 +8,12 @@ expression per call (inputs prepared beforehand), median over repeated runs afte
 
 Noise from other tenants must not land on one side only, so the runs interleave: each round
 runs every workload group as kiln default, kiln native, then the peers (the order of kiln
-and the peers alternates from round to round), and the STREAM bound once. The table gives,
+and the peers, and of kiln's two builds, alternates from round to round), and the STREAM
+bound once. The table gives,
 per workload, the median and the range over the rounds of the per-round ratios (peer time /
 kiln time: > 1 means kiln is faster). The header names the CPU model, its ISA level and
-caches. Options: --rounds N (default 3), --quick (one short round), --only W1,W6,...
+caches. Options: --rounds N (default 3), --quick (one short round), --only W1,W6,...,
+--isa avx2 (an AVX2-only machine on an AVX-512 one: every side held to AVX2, see AVX2_ENV).
 """
 
 import json
@@ -20,6 +22,23 @@ import statistics
 import subprocess
 import sys
 import time
+
+# `--isa avx2`: the nearest an AVX-512 machine gets to an AVX2-only one (x86-64-v3), for
+# every side alike: kiln's dispatch (KILN_CPU_ISA) and its "native" build (x86-64-v3 instead of
+# the host), numpy's dispatched loops, OpenBLAS's kernels, XLA's code generation, and the C
+# STREAM program. Set before numpy is imported, so the script re-executes itself once.
+AVX2_ENV = {
+    "KILN_CPU_ISA": "avx2",
+    "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR",
+    "OPENBLAS_CORETYPE": "Haswell",
+    "XLA_FLAGS": "--xla_cpu_max_isa=AVX2",
+}
+ISA = sys.argv[sys.argv.index("--isa") + 1] if "--isa" in sys.argv else "host"
+if ISA not in ("host", "avx2"):
+    sys.exit(f"--isa {ISA}: expected avx2 (or leave it out for the host's own level)")
+if ISA == "avx2" and any(os.environ.get(k) != v for k, v in AVX2_ENV.items()):
+    os.environ.update(AVX2_ENV)
+    os.execv(sys.executable, [sys.executable] + sys.argv)
 
 import numpy as np
 
@@ -208,11 +227,12 @@ def numpy_sgemm_gflops():
 def stream_bound(here):
     """The C triad and W1 by hand on every core with streaming stores (stream.c), GB/s:
     (triad best, triad median, W1 best)."""
-    exe = os.path.join(here, ".target-default", "stream")
+    march = "x86-64-v3" if ISA == "avx2" else "native"
+    exe = os.path.join(here, ".target-default", f"stream-{march}")
     src = os.path.join(here, "stream.c")
     if not os.path.exists(exe) or os.path.getmtime(exe) < os.path.getmtime(src):
         os.makedirs(os.path.dirname(exe), exist_ok=True)
-        subprocess.run(["gcc", "-O3", "-march=native", "-fopenmp", src, "-o", exe], check=True)
+        subprocess.run(["gcc", "-O3", f"-march={march}", "-fopenmp", src, "-o", exe], check=True)
     out = json.loads(subprocess.run([exe], check=True, capture_output=True, text=True).stdout)
     return out["triad_best_gbs"], out["triad_median_gbs"], out["w1_best_gbs"]
 
@@ -243,7 +263,11 @@ def machine():
         kind = rd("type")
         if kind != "Instruction":
             caches.append(f"L{rd('level')} {rd('size')}")
-    return f"{model} (family {family}, model {mdl}), {isa}, {os.cpu_count()} cores, caches {' / '.join(caches)}"
+    held = ""
+    if ISA == "avx2":
+        held = f"; every side held to x86-64-v3 (AVX2): {' '.join(f'{k}={v}' for k, v in AVX2_ENV.items())}, " \
+               "kiln's native build and stream.c at x86-64-v3"
+    return f"{model} (family {family}, model {mdl}), {isa}, {os.cpu_count()} cores, caches {' / '.join(caches)}{held}"
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -329,8 +353,9 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     rounds = 1 if QUICK else int(arg("--rounds", "3"))
     groups = arg("--only", "W1,W2,W3,W4,W5,W6,W7").split(",")
-    dirs = {"default": os.path.join(here, ".target-default"), "native": os.path.join(here, ".target-native")}
-    envs = {"default": build(dirs["default"], None), "native": build(dirs["native"], "-C target-cpu=native")}
+    native = "x86-64-v3" if ISA == "avx2" else "native"
+    dirs = {"default": os.path.join(here, ".target-default"), "native": os.path.join(here, f".target-{native}")}
+    envs = {"default": build(dirs["default"], None), "native": build(dirs["native"], f"-C target-cpu={native}")}
     times = {}   # (workload, size) -> {who: [seconds per round]}
     ratios = {}  # (workload, size) -> {peer: [peer / kiln default per round]}
     streams = []
@@ -343,8 +368,9 @@ def main():
             got = {}
             for who in runs:
                 if who == "kiln":
-                    got["default"] = kiln(dirs["default"], envs["default"], group)
-                    got["native"] = kiln(dirs["native"], envs["native"], group)
+                    # the two builds alternate too (a fixed order once favoured the second)
+                    for build_ in (["default", "native"] if rnd % 2 == 0 else ["native", "default"]):
+                        got[build_] = kiln(dirs[build_], envs[build_], group)
                 else:
                     got["peers"] = peers(group)
             for key, secs in got["default"].items():

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Side-by-side benchmark of kiln against numpy, numexpr and jax.jit, interleaved round by
 # round, with a same-run STREAM bound (see peers.py; stream.c needs gcc with OpenMP).
-# Usage: benches/peers/run.sh [--quick] [--rounds N] [--only W1,W6,...]
+# Usage: benches/peers/run.sh [--quick] [--rounds N] [--only W1,W6,...] [--isa avx2]
 # Creates benches/peers/.venv (gitignored) on first use and builds kiln twice: with default
 # flags (benches/peers/.target-default) and with RUSTFLAGS="-C target-cpu=native"
 # (benches/peers/.target-native).

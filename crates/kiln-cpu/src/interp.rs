@@ -30,6 +30,23 @@ use kiln_compiler::{InstOp, Program};
 use kiln_ir::{DType, Result, Scalar};
 use smallvec::SmallVec;
 
+/// Repeats `x`'s element 0 over the rest of it.
+#[inline(always)]
+fn repeat_first_generic<const FMA: bool>(x: TSliceMut<'_>) {
+    use crate::typed::with_variant;
+    with_variant!(x, TSliceMut, x => {
+        if let Some((first, rest)) = x.split_first_mut() {
+            rest.fill(*first);
+        }
+    });
+}
+
+crate::simd::versions! {
+    /// [`repeat_first_generic`] at the current ISA level, like the other block loops (a
+    /// default build's baseline copy stores 16 bytes at a time).
+    fn repeat_first = repeat_first_generic(x: TSliceMut<'_>) -> ()
+}
+
 /// Positions per block.
 pub const BLOCK: usize = 1024;
 
@@ -597,15 +614,9 @@ impl<'p> Interp<'p> {
 
     /// Repeats uniform value `v`'s element 0 over positions `0..n` of its register.
     fn materialize(&mut self, v: usize, n: usize) {
-        use crate::typed::with_variant;
         if let Loc::Reg(r) = self.locs[v] {
             let mut whole = self.regs[r].as_mut_slice();
-            let reg = whole.range(0, n);
-            with_variant!(reg, TSliceMut, x => {
-                if let Some((first, rest)) = x.split_first_mut() {
-                    rest.fill(*first);
-                }
-            });
+            repeat_first(whole.range(0, n));
         }
         self.uniform[v] = false;
     }
