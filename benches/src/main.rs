@@ -110,6 +110,8 @@ struct Timing<'a> {
     isa: &'static str,
     /// The prefetch policy in force (`kiln_cpu::tuning()`): cache level / blocks ahead.
     prefetch: String,
+    /// The cache sizes the blocks were derived from (`kiln_cpu::tuning().blocks`), L1d/L2.
+    caches: String,
     median_ms: f64,
     min_ms: f64,
     max_ms: f64,
@@ -130,6 +132,8 @@ struct W6Timing {
     isa: &'static str,
     /// As in [`Timing`].
     prefetch: String,
+    /// As in [`Timing`].
+    caches: String,
     median_ms: f64,
     us_per_iter: f64,
     gflop_per_s: f64,
@@ -238,6 +242,12 @@ fn flavour() -> &'static str {
     }
 }
 
+/// The cache sizes the blocks follow, e.g. `32K/1024K`.
+fn caches() -> String {
+    let b = kiln_cpu::tuning().blocks;
+    format!("{}K/{}K", b.l1d_bytes >> 10, b.l2_bytes >> 10)
+}
+
 /// The prefetch policy, e.g. `l2/2` (L2 hints two blocks ahead).
 fn prefetch() -> String {
     let t = kiln_cpu::tuning();
@@ -268,6 +278,7 @@ fn report_with(
         build: flavour(),
         isa: kiln_cpu::isa().name(),
         prefetch: prefetch(),
+        caches: caches(),
         median_ms: round(med * 1e3, 4),
         min_ms: round(lo * 1e3, 4),
         max_ms: round(hi * 1e3, 4),
@@ -568,6 +579,7 @@ fn workloads(quick: bool, only: Option<&[Workload]>) {
             build: flavour(),
             isa: kiln_cpu::isa().name(),
             prefetch: prefetch(),
+            caches: caches(),
             median_ms: round(med * 1e3, 6),
             us_per_iter: round(med * 1e6, 3),
             gflop_per_s: round(2.0 * 64f64.powi(3) / med / 1e9, 2),

@@ -98,7 +98,9 @@ pub use stream::{
     set_stream_min_bytes, stream_min_bytes, streamed_bytes, DEFAULT_STREAM_MIN_BYTES,
 };
 pub use team::{Team, DEFAULT_SPIN};
-pub use tune::{machine, parse_size, parse_vendor, tuning, Machine, Prefetch, Tuning, Vendor};
+pub use tune::{
+    machine, parse_size, parse_vendor, tuning, CacheBlocks, Machine, Prefetch, Tuning, Vendor,
+};
 pub use typed::{Aligned, Conv, Elem, TSlice, TSliceMut, TypedVec, ALIGN_BYTES};
 
 use kiln_compiler::{Arg, Backend, Executor, GroupKernel, Kernel, KernelKind, Launch};

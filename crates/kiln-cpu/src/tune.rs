@@ -6,7 +6,10 @@
 //! files are missing (and under Miri), the fields are unknown (`None`, [`Vendor::Other`]).
 //! [`tuning`] picks the software-prefetch policy of the streaming kernels from one table per
 //! vendor ([`Tuning::for_vendor`], each entry with the measurement behind it), which
-//! `KILN_PREFETCH=l1|l2|off`, `KILN_PREFETCH_AHEAD=N` and `KILN_STREAM_AVX2=0|1` override.
+//! `KILN_PREFETCH=l1|l2|off`, `KILN_PREFETCH_AHEAD=N` and `KILN_STREAM_AVX2=0|1` override,
+//! and bounds the cache blocks of the GEMM and the row groups by the level-1 data and
+//! level-2 cache sizes ([`CacheBlocks::derive`]), which `KILN_L1D_BYTES` and `KILN_L2_BYTES`
+//! override (`48K`, `2M`).
 //!
 //! Constants that stay fixed, and why: the prefetch and streaming-store thresholds
 //! (`source::PREFETCH_MIN_BYTES`, [`crate::DEFAULT_STREAM_MIN_BYTES`]) are not derived from
@@ -195,11 +198,75 @@ pub struct Tuning {
     /// Whether large unread outputs are written with 32-byte non-temporal stores at the AVX2
     /// level (AVX-512 always streams them, see [`crate::set_stream_min_bytes`]).
     pub stream_avx2: bool,
+    /// The cache blocks derived from the machine's cache sizes.
+    pub blocks: CacheBlocks,
+}
+
+/// Block sizes bounded by the caches: each is the size measured best where the cache is
+/// large enough, capped at a share of the level-1 data or level-2 cache (per core) below
+/// that.
+///
+/// The sizes were measured on Sapphire Rapids (48 KiB L1d, 2 MiB L2) and Zen 4 (32 KiB,
+/// 1 MiB), where no cap applies. Sizes proportional to the caches instead (half the Zen 4
+/// blocks) were no faster there: five alternating runs of `kiln-bench --only W4,W5,W7`,
+/// proportional ÷ capped time, sgemm 2048³ 1.02 [1.00–1.03] at AVX-512, everything else
+/// within 0.95–1.03 at AVX-512 and AVX2 (`docs/performance.md`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CacheBlocks {
+    /// The level-1 data cache the blocks were derived from, in bytes.
+    pub l1d_bytes: usize,
+    /// The level-2 cache the blocks were derived from, in bytes.
+    pub l2_bytes: usize,
+    /// The blocked GEMM's packed left panel (12 rows × `kc` steps), read once per register
+    /// block from L1: 20 KiB, at most 5/8 of L1d (2048³ f32 246–260 GFLOP/s blocked against
+    /// `matrixmultiply`'s 239–242 on Sapphire Rapids).
+    pub gemm_a_panel_bytes: usize,
+    /// One row of the small GEMM's left panel per block of steps (the panel is four such
+    /// rows, in L1): 4 KiB, at most 1/8 of L1d.
+    pub gemm_kc_bytes: usize,
+    /// The block of the right operand both GEMM forms keep in L2 while every block of rows
+    /// passes over it: 1 MiB, at most all of L2 (on Zen 4 a whole-L2 block ran 2048³ 2%
+    /// faster than a half-L2 one).
+    pub gemm_b_block_bytes: usize,
+    /// The rows of one row-group block, summed over every buffer its kernels touch, kept in
+    /// L2 between the group's kernels: 768 KiB, at most 3/4 of L2 (row softmax of
+    /// 4096×1024 f32 on Sapphire Rapids: 4.2 ms at 512–768 KiB, 4.3–4.6 at 1 MiB, 4.6–4.9
+    /// at 256 KiB).
+    pub group_block_bytes: usize,
+}
+
+impl CacheBlocks {
+    /// The blocks for caches of `l1d` and `l2` bytes per core; an unknown size is taken as
+    /// the Sapphire Rapids one, and sizes are clamped to 16 KiB–1 MiB (L1d) and 128 KiB–16 MiB
+    /// (L2), so a misreported cache cannot produce a degenerate block.
+    ///
+    /// ```
+    /// use kiln_cpu::CacheBlocks;
+    /// let spr = CacheBlocks::derive(Some(48 << 10), Some(2 << 20));
+    /// assert_eq!((spr.gemm_a_panel_bytes, spr.gemm_b_block_bytes), (20 << 10, 1 << 20));
+    /// assert_eq!(CacheBlocks::derive(Some(32 << 10), Some(1 << 20)), CacheBlocks { l1d_bytes: 32 << 10, l2_bytes: 1 << 20, ..spr });
+    /// let small = CacheBlocks::derive(Some(16 << 10), Some(256 << 10));
+    /// assert_eq!((small.gemm_a_panel_bytes, small.gemm_b_block_bytes), (10 << 10, 256 << 10));
+    /// assert_eq!(CacheBlocks::derive(None, Some(0)).l2_bytes, 128 << 10);
+    /// ```
+    pub fn derive(l1d: Option<usize>, l2: Option<usize>) -> CacheBlocks {
+        let l1d = l1d.unwrap_or(48 << 10).clamp(16 << 10, 1 << 20);
+        let l2 = l2.unwrap_or(2 << 20).clamp(128 << 10, 16 << 20);
+        CacheBlocks {
+            l1d_bytes: l1d,
+            l2_bytes: l2,
+            gemm_a_panel_bytes: (20 << 10).min(l1d / 8 * 5),
+            gemm_kc_bytes: (4 << 10).min(l1d / 8),
+            gemm_b_block_bytes: (1 << 20).min(l2),
+            group_block_bytes: (768 << 10).min(l2 / 4 * 3),
+        }
+    }
 }
 
 impl Tuning {
     /// The table: one entry per vendor, each with the measurement it rests on (W1 is
-    /// `(a*b + c)*d - a` over f32, `kiln-bench --only W1`, 2 threads).
+    /// `(a*b + c)*d - a` over f32, `kiln-bench --only W1`, 2 threads); the cache blocks are
+    /// those of unknown caches ([`Tuning::for_machine`] derives them from the machine's).
     ///
     /// ```
     /// use kiln_cpu::{Prefetch, Tuning, Vendor};
@@ -212,6 +279,7 @@ impl Tuning {
                     prefetch: Prefetch::L1,
                     prefetch_ahead: 1,
                     stream_avx2: false,
+                    blocks: CacheBlocks::derive(None, None),
                 },
                 "Sapphire Rapids: W1 16M 18.2-19.4 -> 16.1-16.3 ms with an L1 hint one block ahead; \
                  32-byte streaming stores measured no faster there",
@@ -221,6 +289,7 @@ impl Tuning {
                     prefetch: Prefetch::L2,
                     prefetch_ahead: 2,
                     stream_avx2: true,
+                    blocks: CacheBlocks::derive(None, None),
                 },
                 "Zen 4: W1 64M 17.8 GB/s with L1 hints, 22 without, 27 with L2 hints two blocks ahead \
                  (L1 hints for four input streams fill the miss buffers); at the AVX2 level, 32-byte \
@@ -231,30 +300,44 @@ impl Tuning {
                     prefetch: Prefetch::Off,
                     prefetch_ahead: 1,
                     stream_avx2: false,
+                    blocks: CacheBlocks::derive(None, None),
                 },
                 "not measured (aarch64 has no stable prefetch intrinsic)",
             ),
         }
     }
 
-    /// The table's entry for `vendor` with overrides looked up by `var` (the environment in
-    /// [`tuning`]): `KILN_PREFETCH=l1|l2|off`, `KILN_PREFETCH_AHEAD=1..16` and
-    /// `KILN_STREAM_AVX2=0|1`; other values are ignored.
+    /// The table's entry for `m`'s vendor, with the cache blocks derived from `m`'s caches,
+    /// and overrides looked up by `var` (the environment in [`tuning`]):
+    /// `KILN_PREFETCH=l1|l2|off`, `KILN_PREFETCH_AHEAD=1..16`, `KILN_STREAM_AVX2=0|1`, and
+    /// `KILN_L1D_BYTES`, `KILN_L2_BYTES` (sizes as sysfs writes them: `48K`, `2M`) in place of
+    /// the caches read; other values are ignored.
     ///
     /// ```
-    /// use kiln_cpu::{Prefetch, Tuning, Vendor};
+    /// use kiln_cpu::{Machine, Prefetch, Tuning, Vendor};
     /// let env = |pairs: &'static [(&'static str, &'static str)]| {
     ///     move |k: &str| pairs.iter().find(|p| p.0 == k).map(|p| p.1.to_string())
     /// };
-    /// let t = Tuning::with_overrides(Vendor::Intel, env(&[("KILN_PREFETCH", "off"), ("KILN_PREFETCH_AHEAD", "3")]));
+    /// let intel = Machine { vendor: Vendor::Intel, model: String::new(), l1d_bytes: Some(48 << 10),
+    ///                       l2_bytes: Some(2 << 20), l3_bytes: None, cores: 2 };
+    /// let t = Tuning::for_machine(&intel, env(&[("KILN_PREFETCH", "off"), ("KILN_PREFETCH_AHEAD", "3")]));
     /// assert_eq!((t.prefetch, t.prefetch_ahead), (Prefetch::Off, 3));
-    /// let t = Tuning::with_overrides(Vendor::Amd, env(&[("KILN_PREFETCH", "l9"), ("KILN_PREFETCH_AHEAD", "0")]));
+    /// let amd = Machine { vendor: Vendor::Amd, l1d_bytes: None, l2_bytes: None, ..intel.clone() };
+    /// let t = Tuning::for_machine(&amd, env(&[("KILN_PREFETCH", "l9"), ("KILN_PREFETCH_AHEAD", "0")]));
     /// assert_eq!(t, Tuning::for_vendor(Vendor::Amd).0);
-    /// let t = Tuning::with_overrides(Vendor::Intel, env(&[("KILN_STREAM_AVX2", "1")]));
+    /// let t = Tuning::for_machine(&intel, env(&[("KILN_STREAM_AVX2", "1"), ("KILN_L2_BYTES", "1M")]));
     /// assert!(t.stream_avx2);
+    /// assert_eq!(t.blocks.gemm_b_block_bytes, 1 << 20);
+    /// let t = Tuning::for_machine(&intel, env(&[("KILN_L2_BYTES", "512K")]));
+    /// assert_eq!(t.blocks.gemm_b_block_bytes, 512 << 10);
     /// ```
-    pub fn with_overrides(vendor: Vendor, var: impl Fn(&str) -> Option<String>) -> Tuning {
-        let mut t = Tuning::for_vendor(vendor).0;
+    pub fn for_machine(m: &Machine, var: impl Fn(&str) -> Option<String>) -> Tuning {
+        let mut t = Tuning::for_vendor(m.vendor).0;
+        let size = |k: &str, read: Option<usize>| var(k).and_then(|v| parse_size(&v)).or(read);
+        t.blocks = CacheBlocks::derive(
+            size("KILN_L1D_BYTES", m.l1d_bytes),
+            size("KILN_L2_BYTES", m.l2_bytes),
+        );
         if let Some(p) = var("KILN_PREFETCH").as_deref().and_then(Prefetch::parse) {
             t.prefetch = p;
         }
@@ -273,8 +356,8 @@ impl Tuning {
     }
 }
 
-/// The tuning in force: [`Tuning::with_overrides`] for this [`machine`]'s vendor and the
-/// environment, read on first use.
+/// The tuning in force: [`Tuning::for_machine`] for this [`machine`] and the environment,
+/// read on first use.
 ///
 /// ```
 /// let t = kiln_cpu::tuning();
@@ -282,12 +365,51 @@ impl Tuning {
 /// ```
 pub fn tuning() -> Tuning {
     static TUNING: OnceLock<Tuning> = OnceLock::new();
-    *TUNING.get_or_init(|| Tuning::with_overrides(machine().vendor, |k| std::env::var(k).ok()))
+    *TUNING.get_or_init(|| Tuning::for_machine(machine(), |k| std::env::var(k).ok()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cache_blocks_fit_their_caches_whatever_sizes_are_reported() {
+        let sizes = [
+            0,
+            1,
+            4095,
+            16 << 10,
+            32 << 10,
+            48 << 10,
+            1 << 20,
+            3 << 20,
+            usize::MAX,
+        ];
+        for &l1 in &sizes {
+            for &l2 in &sizes {
+                for (a, b) in [(Some(l1), Some(l2)), (None, Some(l2)), (Some(l1), None)] {
+                    let c = CacheBlocks::derive(a, b);
+                    assert!((16 << 10..=1 << 20).contains(&c.l1d_bytes), "{c:?}");
+                    assert!((128 << 10..=16 << 20).contains(&c.l2_bytes), "{c:?}");
+                    assert!(c.gemm_a_panel_bytes > 0 && c.gemm_a_panel_bytes <= c.l1d_bytes);
+                    assert!(c.gemm_kc_bytes > 0 && 4 * c.gemm_kc_bytes <= c.l1d_bytes);
+                    assert!(c.gemm_b_block_bytes > 0 && c.gemm_b_block_bytes <= c.l2_bytes);
+                    assert!(c.group_block_bytes > 0 && c.group_block_bytes < c.l2_bytes);
+                }
+            }
+        }
+        // Unknown caches give the sizes the constants had before they were bounded.
+        let unknown = CacheBlocks::derive(None, None);
+        assert_eq!(
+            (
+                unknown.gemm_a_panel_bytes,
+                unknown.gemm_kc_bytes,
+                unknown.gemm_b_block_bytes,
+                unknown.group_block_bytes
+            ),
+            (20 << 10, 4 << 10, 1 << 20, 768 << 10)
+        );
+    }
 
     #[test]
     fn sizes_parse_and_overflow_is_refused() {

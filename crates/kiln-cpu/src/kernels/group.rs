@@ -9,7 +9,7 @@
 //! row, which is the kernels run one after another. While a block runs, its thread hints
 //! the next block's rows of the group's inputs into the cache a slice per kernel block ([`source::set_ahead`]).
 //! Depends on [`super::elementwise`], [`super::reduce`], [`crate::source`],
-//! [`crate::typed`], [`crate::par`], `kiln-compiler`.
+//! [`crate::typed`], [`crate::par`], `crate::tune` (the block size), `kiln-compiler`.
 
 use super::elementwise::{self, PAR_MIN};
 use super::reduce;
@@ -22,11 +22,12 @@ use kiln_compiler::{GroupArg, GroupKernel, KernelKind, Launch};
 use kiln_ir::Result;
 
 /// Bytes of the rows of one block, summed over every buffer and input the group's kernels
-/// touch: what should stay in a core's L2 cache (2 MiB on the benchmark machine) between
-/// the group's kernels. Row softmax of 4096×1024 f32 (`benches/src/bin` scratch timing,
-/// two runs each): 128 KiB 5.65 ms, 256 KiB 4.6–4.9, 512 KiB 4.2–4.3, 768 KiB 4.2,
-/// 1 MiB 4.3–4.6 — smaller blocks pay each kernel's set-up (~1.5 µs) more often.
-pub const BLOCK_BYTES: usize = 768 << 10;
+/// touch: what should stay in a core's L2 cache between the group's kernels
+/// ([`crate::CacheBlocks::group_block_bytes`]; smaller blocks pay each kernel's set-up,
+/// ~1.5 µs, more often).
+fn block_bytes() -> usize {
+    crate::tune::tuning().blocks.group_block_bytes
+}
 
 /// Runs a row group (see [`kiln_compiler::Backend::launch_group`]).
 pub fn run(
@@ -51,7 +52,7 @@ pub fn run(
         }
     }
     // Blocks below the kernels' parallel threshold: each runs on one thread.
-    let block = (BLOCK_BYTES / row_bytes.max(1))
+    let block = (block_bytes() / row_bytes.max(1))
         .min((PAR_MIN - 1) / row_positions.max(1))
         .max(1);
     let blocked = rows >= 2 * block && rows * row_positions >= PAR_MIN;

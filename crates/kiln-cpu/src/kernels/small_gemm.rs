@@ -48,7 +48,7 @@
 //! inside fixed-size arrays and slices, and the packed block's pointer walk; all compiled
 //! out under Miri (which runs the portable copies of every form, the blocked one included).
 //!
-//! Depends on `super::matmul` (the GEMM description) only.
+//! Depends on `super::matmul` (the GEMM description) and `crate::tune` (the cache blocks).
 
 use super::matmul::{Gemm, FEW_COLUMNS};
 
@@ -1161,8 +1161,10 @@ fn gemm_transposed<T: Real, K: Micro<T>, const MR: usize, const NR: usize, const
 }
 
 /// Bytes of the blocked form's packed panel of the left operand (`MR` rows × `kc` steps,
-/// read once per register block: it stays in L1).
-const A_PANEL_BYTES: usize = 20 << 10;
+/// read once per register block: it stays in L1): [`crate::CacheBlocks::gemm_a_panel_bytes`].
+fn a_panel_bytes() -> usize {
+    crate::tune::tuning().blocks.gemm_a_panel_bytes
+}
 
 /// Whether a scaled product (`c = α·a@b + β·c` other than `α = 1, β = 0`) with `k` steps
 /// of `elem`-byte elements takes the blocked form in one block of steps at AVX-512 (12-row
@@ -1170,27 +1172,30 @@ const A_PANEL_BYTES: usize = 20 << 10;
 /// no faster than `matrixmultiply` (`relu(x @ w + b)` at 1024², `x @ w + b` at
 /// 256×784×512: within the noise, 3–9 % slower in most runs).
 pub(super) fn scaled_in_one_block(k: usize, elem: usize) -> bool {
-    k <= A_PANEL_BYTES / (12 * elem)
+    k <= a_panel_bytes() / (12 * elem)
 }
 
 /// The cache blocks of [`gemm_blocked`] (tests shrink them to reach every block edge with
 /// small operands).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Blocking {
-    /// [`A_PANEL_BYTES`].
+    /// [`a_panel_bytes`].
     a_panel: usize,
-    /// [`B_BLOCK_BYTES`].
+    /// [`b_block_bytes`].
     b_block: usize,
     /// [`A_BLOCK_BYTES`].
     a_block: usize,
 }
 
 impl Blocking {
-    pub(super) const DEFAULT: Blocking = Blocking {
-        a_panel: A_PANEL_BYTES,
-        b_block: B_BLOCK_BYTES,
-        a_block: A_BLOCK_BYTES,
-    };
+    /// The blocks of the caches in force ([`crate::tuning`]).
+    pub(super) fn current() -> Blocking {
+        Blocking {
+            a_panel: a_panel_bytes(),
+            b_block: b_block_bytes(),
+            a_block: A_BLOCK_BYTES,
+        }
+    }
 }
 
 /// Bytes of the left operand's packed panels kept per block of steps at most: the rows
@@ -1200,9 +1205,9 @@ impl Blocking {
 const A_BLOCK_BYTES: usize = 2 << 20;
 
 /// The blocked form for large products: the right operand is copied block by block
-/// (`kc × nc`, [`B_BLOCK_BYTES`]: it stays in L2) into panels of `NR` columns
+/// (`kc × nc`, [`b_block_bytes`]: it stays in L2) into panels of `NR` columns
 /// ([`pack_panels`]), the left operand `MR` rows at a time into `kc × MR` panels
-/// ([`A_PANEL_BYTES`]: in L1) kept for the later blocks of columns (in groups of rows of
+/// ([`a_panel_bytes`]: in L1) kept for the later blocks of columns (in groups of rows of
 /// [`A_BLOCK_BYTES`]), and each register block walks both panels contiguously
 /// ([`Micro::packed`]). The steps `p` go in blocks of `kc`, each register block
 /// continuing the partial sums the previous one stored (so every element is the one
@@ -1343,12 +1348,18 @@ fn pack_rows<T: Real, const MR: usize>(
     }
 }
 
-/// Bytes of the right operand's block that the broadcast form keeps in the L2 cache while
-/// every block of rows passes over it (half of this machine's 2 MiB per core).
-const B_BLOCK_BYTES: usize = 1 << 20;
+/// Bytes of the right operand's block that both forms keep in the L2 cache while every
+/// block of rows passes over it: [`crate::CacheBlocks::gemm_b_block_bytes`].
+fn b_block_bytes() -> usize {
+    crate::tune::tuning().blocks.gemm_b_block_bytes
+}
+
 /// Bytes of one row of the left operand's panel per block of steps `p` at most (the panel,
-/// `MR` such rows, stays in L1), when the product is stored unscaled.
-const KC_BYTES: usize = 4 << 10;
+/// `MR` such rows, stays in L1), when the product is stored unscaled:
+/// [`crate::CacheBlocks::gemm_kc_bytes`].
+fn kc_bytes() -> usize {
+    crate::tune::tuning().blocks.gemm_kc_bytes
+}
 
 /// Products with at least this many rows copy each block of the right operand into panels
 /// ([`pack_panels`]) first when the block is larger than [`PACK_MIN_BYTES`]: every block of
@@ -1396,8 +1407,8 @@ fn pack_panels<T: Real, const NR: usize>(
 }
 
 /// The broadcast form (see the module docs), blocked for the caches: columns in blocks of
-/// `nc` whose `kc × nc` slice of `b` fits [`B_BLOCK_BYTES`], and, for a product stored
-/// unscaled, the steps `p` in blocks of `kc` ([`KC_BYTES`]), the register blocks of each
+/// `nc` whose `kc × nc` slice of `b` fits [`b_block_bytes`], and, for a product stored
+/// unscaled, the steps `p` in blocks of `kc` ([`kc_bytes`]), the register blocks of each
 /// continuing the partial sums the previous one stored in `c` (so every element is still
 /// the one ordered sum over `p`). A product small enough is one block.
 #[inline(always)]
@@ -1413,12 +1424,12 @@ fn gemm_broadcast<T: Real, K: Micro<T>, const MR: usize, const NR: usize, const 
     let unscaled = Scale::plain();
     let plain = sc.alpha == T::ONE && sc.beta == T::default();
     let kblocks = if plain {
-        k.div_ceil((KC_BYTES / size).max(1)).max(1)
+        k.div_ceil((kc_bytes() / size).max(1)).max(1)
     } else {
         1
     };
     let kc = k.div_ceil(kblocks);
-    let nc = (B_BLOCK_BYTES / (kc * size)).max(NR) / NR * NR;
+    let nc = (b_block_bytes() / (kc * size)).max(NR) / NR * NR;
     let mut packed: Vec<T> = Vec::new();
     let mut tail = Vec::new();
     let mut scratch = Vec::new();
@@ -1488,7 +1499,7 @@ macro_rules! dispatch {
         /// Like the function above for a large product: the blocked form over packed
         /// operands ([`gemm_blocked`]).
         pub(super) fn $large(g: &Gemm, a: &[$t], b: &[$t], c: &mut [$t], sc: Scale<'_, $t>) {
-            $at(crate::simd::isa(), Some(Blocking::DEFAULT), g, a, b, c, sc)
+            $at(crate::simd::isa(), Some(Blocking::current()), g, a, b, c, sc)
         }
 
         /// `c = α·(a @ b) + β·c` at `level`, lowered to what the CPU has (tests run every
@@ -1520,7 +1531,7 @@ macro_rules! dispatch {
             fn nv(ps: &[usize]) -> usize {
                 ps[2]
             }
-            let bk = large.unwrap_or(Blocking::DEFAULT);
+            let bk = large.unwrap_or(Blocking::current());
             let choose = |g: &Gemm, nv: usize| if large.is_some() { Choice::Blocked } else { choose(g, nv) };
             match level.min(crate::simd::detected_isa()) {
                 #[cfg(all(target_arch = "x86_64", not(miri)))]
@@ -1798,7 +1809,7 @@ mod tests {
         for &level in &levels {
             for &shape in shapes {
                 check_form(level, Some(tiny), shape, true);
-                check_form(level, Some(Blocking::DEFAULT), shape, false);
+                check_form(level, Some(Blocking::current()), shape, false);
             }
         }
     }
