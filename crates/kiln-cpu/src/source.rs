@@ -3,9 +3,10 @@
 //! its resolved view. [`Src::read`] copies any range of positions of any walk into a typed
 //! destination; [`prefetch`] hints the next block of large contiguous sources into the cache.
 //!
-//! Depends on [`crate::walk`], [`crate::typed`], [`crate::buffer`], [`crate::tune`] (the prefetch policy), `kiln-compiler`, `kiln-ir`.
+//! Depends on [`crate::walk`], [`crate::typed`], [`crate::buffer`], [`crate::tune`] (the prefetch policy), [`crate::interp`] (the block length), `kiln-compiler`, `kiln-ir`.
 
 use crate::buffer::CpuBuffer;
+use crate::interp::BLOCK;
 use crate::tune::Prefetch;
 use crate::typed::{with_variant, Elem, TSlice, TSliceMut, TypedVec};
 use crate::walk::{gather, internal, Walk};
@@ -47,8 +48,8 @@ pub struct Src<'a> {
 }
 
 /// Hints the CPU to fetch the block of positions `start..end` of every contiguous source
-/// (the block after the one about to be evaluated), or the block [`Tuning::prefetch_ahead`]
-/// − 1 blocks further on, into the cache level [`Tuning::prefetch`] names ([`crate::tuning`]:
+/// (the block after the one about to be evaluated), or that block moved [`Tuning::prefetch_ahead`]
+/// − 1 times [`BLOCK`] positions further on, into the cache level [`Tuning::prefetch`] names ([`crate::tuning`]:
 /// the measurements per CPU vendor are in `tune.rs`): the interpreter reads its sources one
 /// instruction at a time, so without a hint only one or two input streams are in flight at
 /// once.
@@ -64,17 +65,35 @@ pub fn prefetch(srcs: &[Src<'_>], start: usize, end: usize) {
     if tuning.prefetch == Prefetch::Off || start >= end {
         return;
     }
-    let shift = (end - start).saturating_mul(tuning.prefetch_ahead - 1);
+    let shift = BLOCK.saturating_mul(tuning.prefetch_ahead - 1);
     let (start, end) = (start.saturating_add(shift), end.saturating_add(shift));
-    for src in srcs {
-        if src.walk.numel * src.dtype.size_bytes() >= PREFETCH_MIN_BYTES {
-            src.prefetch(start, end, tuning.prefetch);
-        }
+    for src in srcs.iter().filter(|s| s.hinted()) {
+        src.prefetch(start, end, tuning.prefetch);
     }
 }
 
 /// The smallest source [`prefetch`] hints.
 pub const PREFETCH_MIN_BYTES: usize = 32 << 20;
+
+/// Positions per block of an elementwise kernel over `srcs`: [`Tuning::stream_block`] when
+/// [`prefetch`] hints two or more of them, else [`BLOCK`].
+///
+/// Short blocks keep several input streams advancing together; with one stream they only
+/// add per-block work (on Zen 4, 256-position blocks ran W1's four streams 1.23× faster,
+/// and one-stream W2 and W3 1.26× and 1.41× slower, when they applied to every hinted
+/// kernel; see `docs/performance.md`).
+///
+/// [`Tuning::stream_block`]: crate::Tuning::stream_block
+pub fn block_len(srcs: &[Src<'_>]) -> usize {
+    let tuning = crate::tune::tuning();
+    let hinted =
+        tuning.prefetch != Prefetch::Off && srcs.iter().filter(|s| s.hinted()).count() >= 2;
+    if hinted {
+        tuning.stream_block.clamp(1, BLOCK)
+    } else {
+        BLOCK
+    }
+}
 
 /// Prefetches the cache lines of `bytes` bytes from `base` with the `_mm_prefetch` hint
 /// `HINT` (a hint: never faults).
@@ -156,6 +175,14 @@ fn ahead_left() -> usize {
 }
 
 impl Src<'_> {
+    /// Whether [`prefetch`] hints this source: contiguous buffer data of at least
+    /// [`PREFETCH_MIN_BYTES`] (a broadcast source, whose walk may be as long, is not read
+    /// as a stream).
+    fn hinted(&self) -> bool {
+        self.walk.numel.saturating_mul(self.dtype.size_bytes()) >= PREFETCH_MIN_BYTES
+            && self.direct().is_some()
+    }
+
     /// Hints the CPU to fetch positions `start..end` of contiguous buffer data into the
     /// cache level `to` (no effect on other sources, on values, or under Miri).
     pub fn prefetch(&self, start: usize, end: usize, to: Prefetch) {

@@ -155,12 +155,13 @@ pub fn run_blocks(
 ) -> Result<()> {
     interp.set_outs_base(start);
     interp.store_results(srcs, outs);
+    let block = source::block_len(srcs);
     if interp.streaming() {
         // No in-place sources (see `Interp::set_streaming`): `eval` needs no outputs.
         let mut writer = crate::stream::Writer::new(outs, true);
         let mut s = start;
         while s < end {
-            let n = BLOCK.min(end - s);
+            let n = block.min(end - s);
             source::prefetch(srcs, s + n, (s + 2 * n).min(end));
             source::ahead_step();
             interp.eval(srcs, &mut [], s, n)?;
@@ -173,7 +174,7 @@ pub fn run_blocks(
     }
     let mut s = start;
     while s < end {
-        let n = BLOCK.min(end - s);
+        let n = block.min(end - s);
         source::prefetch(srcs, s + n, (s + 2 * n).min(end));
         source::ahead_step();
         interp.eval(srcs, outs, s, n)?;
