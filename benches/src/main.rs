@@ -83,13 +83,18 @@ struct Line<'a, T> {
     record: &'a T,
     /// Where `kiln::eval` ran (`KILN_DEVICE=wgpu` with the `wgpu` feature runs W1-W7 on the GPU).
     device: String,
+    /// The GPU adapter, when `device` is `wgpu`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    adapter: Option<String>,
 }
 
 /// Prints `record` as one JSON line, with the device added.
 fn emit<T: Serialize>(record: &T) {
+    let device = kiln::default_device();
     let line = Line {
         record,
-        device: kiln::default_device().to_string(),
+        device: device.to_string(),
+        adapter: (device == kiln::Device::Wgpu).then(|| device.describe()),
     };
     let text = serde_json::to_string(&line).expect("a record of strings and numbers serializes");
     println!("{text}");
@@ -195,11 +200,15 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// stderr a terminal, each run's milliseconds are shown there as they come.
 fn time<F: FnMut()>(reps: usize, mut f: F) -> (f64, f64, f64) {
     let show = std::env::var_os("REPS").is_some() && std::io::stderr().is_terminal();
+    // A GPU evaluation returns once its work is queued: each timed call waits for it.
+    let device = kiln::default_device();
     f(); // warm-up
+    device.synchronize();
     let t: Vec<f64> = (0..reps)
         .map(|_| {
             let s = Instant::now();
             f();
+            device.synchronize();
             let e = s.elapsed().as_secs_f64();
             if show {
                 eprint!("{:.2} ", e * 1e3);
@@ -328,6 +337,9 @@ fn wanted(only: Option<&[Workload]>, w: Workload) -> bool {
 /// expression, hits the graph cache, runs the plan and hands the output to the caller, who
 /// drops it before the next call: its storage goes back to the buffer pool and the next
 /// call's output comes from there; `W1_kept` keeps every output instead).
+/// With `KILN_DEVICE=wgpu` the inputs are made on the GPU and stay resident there (as a
+/// user's would), each result stays resident too, and each timed call waits for the GPU;
+/// W7 reads its loss every step.
 fn workloads(quick: bool, only: Option<&[Workload]>) {
     let mega = 1usize << 20;
     if wanted(only, Workload::W1) {
@@ -566,8 +578,10 @@ fn workloads(quick: bool, only: Option<&[Workload]>) {
         let per: Vec<f64> = (0..if quick { 3 } else { 7 })
             .map(|_| {
                 let start = Instant::now();
+                let device = kiln::default_device();
                 for _ in 0..iters {
                     (x.matmul(&w) + &b).eval().expect("W6");
+                    device.synchronize(); // a no-op on the CPU
                 }
                 start.elapsed().as_secs_f64() / iters as f64
             })
@@ -621,6 +635,8 @@ fn workloads(quick: bool, only: Option<&[Workload]>) {
                     .collect();
                 let refs: Vec<&Array> = new.iter().chain([&loss]).collect();
                 kiln::eval(&refs).expect("W7");
+                // Read the loss, as a training loop does (on a GPU: only it comes down).
+                std::hint::black_box(loss.item::<f32>().expect("W7 loss"));
                 params = new;
             },
         );

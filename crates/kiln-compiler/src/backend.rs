@@ -1,14 +1,18 @@
 //! The [`Backend`] trait every device implements, and [`run`], the backend-neutral loop that
 //! executes a [`Plan`]: evaluate the scalar prelude, upload inputs, allocate buffers when first
 //! written, launch kernels in order (a row group's kernels with one call), release buffers
-//! after their last use, download outputs.
+//! after their last use, download outputs — or, on a backend that keeps results
+//! ([`Backend::keeps_results`], [`RunOptions::keep`]), hand them out as resident values.
+//! A parameter resident on this backend is read in place (never uploaded again); one
+//! resident on another device is moved through the host with a `tracing` event at
+//! [`TRANSFER_TARGET`], or refused under [`RunOptions::strict`].
 //!
-//! Depends on [`crate::plan`], `kiln-ir` and `kiln-reference` (the prelude's scalar
-//! arithmetic is the oracle's).
+//! Depends on [`crate::plan`], `kiln-ir`, `kiln-reference` (the prelude's scalar
+//! arithmetic is the oracle's) and `tracing`.
 
 use crate::group::RowGroup;
 use crate::plan::{InstOp, Kernel, OutputRef, Plan, Program, Source, Strided};
-use kiln_ir::{resolve_shape, Bindings, DType, HostData, Result, Scalar, Shape};
+use kiln_ir::{resolve_shape, Bindings, DType, DeviceData, HostData, Result, Scalar, Shape, Value};
 use smallvec::SmallVec;
 
 /// How a kernel reads one input.
@@ -123,6 +127,29 @@ pub trait Backend: Send + Sync {
             hint: "compile for a target without row groups".into(),
         })
     }
+    /// Whether results may stay on this device after an evaluation ([`Backend::keep`],
+    /// [`Backend::resident`]). Default: no (results are downloaded).
+    fn keeps_results(&self) -> bool {
+        false
+    }
+    /// Wraps a result buffer (`len` elements of `dtype`) as a resident value that outlives
+    /// the evaluation; the backend takes the storage back when its last handle drops.
+    /// Called only when [`Backend::keeps_results`] says so. Default: an error.
+    fn keep(&self, buffer: Self::Buffer, dtype: DType, len: usize) -> Result<DeviceData> {
+        let _ = (dtype, len);
+        self.release(buffer);
+        Err(kiln_ir::Error::InvalidArgument {
+            op: "keep",
+            message: format!("the {} backend does not keep results", self.name()),
+            hint: "download the results instead".into(),
+        })
+    }
+    /// The buffer inside `value` if this backend made it (a kernel reads it in place),
+    /// `None` for a value resident elsewhere. Default: `None`.
+    fn resident<'a>(&self, value: &'a DeviceData) -> Option<&'a Self::Buffer> {
+        let _ = value;
+        None
+    }
     /// Runs one kernel.
     fn launch(
         &self,
@@ -204,21 +231,137 @@ pub fn eval_prelude(prelude: &Program, table: &mut Vec<Scalar>) -> Result<()> {
 /// }
 /// use kiln_compiler::{run, OutputRef, Plan};
 /// let plan = Plan { outputs: vec![OutputRef::Param(0)], ..Plan::default() };
-/// let b = kiln_ir::Bindings { params: vec![HostData::from(vec![1.0f32, 2.0])], ..Default::default() };
+/// let b = kiln_ir::Bindings { params: vec![HostData::from(vec![1.0f32, 2.0]).into()], ..Default::default() };
 /// assert_eq!(run(&Host, &plan, &b).unwrap()[0].len(), 2);
 /// ```
 pub fn run<B: Backend>(backend: &B, plan: &Plan, bindings: &Bindings) -> Result<Vec<HostData>> {
+    run_with(backend, plan, bindings, RunOptions::default())?
+        .iter()
+        .map(Value::to_host)
+        .collect()
+}
+
+/// The `tracing` target of the event a value moved between devices raises (level DEBUG).
+pub const TRANSFER_TARGET: &str = "kiln::transfer";
+
+/// How [`run_with`] places values.
+///
+/// ```
+/// let o = kiln_compiler::RunOptions::default();
+/// assert!(!o.keep && !o.strict);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunOptions {
+    /// Leave the results on the device (on a backend that [keeps results](Backend::keeps_results)).
+    pub keep: bool,
+    /// Refuse an input resident on another device (an error naming both devices) instead
+    /// of moving it through the host.
+    pub strict: bool,
+}
+
+/// A parameter's buffer for one run: uploaded for it, or a resident value read in place.
+enum ParamBuf<'a, B> {
+    Owned(B),
+    Borrowed(&'a B),
+}
+
+impl<B> ParamBuf<'_, B> {
+    fn get(&self) -> &B {
+        match self {
+            ParamBuf::Owned(b) => b,
+            ParamBuf::Borrowed(b) => b,
+        }
+    }
+}
+
+/// The buffer a kernel reads parameter `value` from (see [`RunOptions`]).
+fn bind<'a, B: Backend>(
+    backend: &B,
+    value: &'a Value,
+    strict: bool,
+) -> Result<ParamBuf<'a, B::Buffer>> {
+    if let Some(b) = value.device().and_then(|d| backend.resident(d)) {
+        return Ok(ParamBuf::Borrowed(b));
+    }
+    if let Some(h) = value.host() {
+        return Ok(ParamBuf::Owned(backend.upload(h)?));
+    }
+    let d = value.device().expect("a Value holds host or device data");
+    if strict {
+        return Err(kiln_ir::Error::InvalidArgument {
+            op: "eval",
+            message: format!(
+                "an input of {} {} elements is resident on {}, but the evaluation runs on {} and strict placement is on",
+                d.len(),
+                d.dtype(),
+                d.device(),
+                backend.name()
+            ),
+            hint: format!(
+                "move it first (Array::to_device / Array::to_host), evaluate on {}, or turn strict placement off",
+                d.device()
+            ),
+        });
+    }
+    tracing::debug!(
+        target: TRANSFER_TARGET,
+        from = d.device(),
+        to = backend.name(),
+        bytes = d.bytes(),
+        "moving a resident input between devices"
+    );
+    Ok(ParamBuf::Owned(backend.upload(&d.download()?)?))
+}
+
+/// Runs `plan` as [`run`] does, placing values as `options` say: results stay on the device
+/// with [`RunOptions::keep`] (on a backend that keeps results), else they are downloaded.
+///
+/// ```
+/// # use kiln_compiler::{Arg, Backend, Kernel, Launch};
+/// # use kiln_ir::{DType, HostData, Result};
+/// # struct Host;
+/// # impl Backend for Host {
+/// #     type Buffer = HostData;
+/// #     fn name(&self) -> &'static str { "host" }
+/// #     fn allocate(&self, dtype: DType, _: usize) -> Result<HostData> { unimplemented!() }
+/// #     fn release(&self, _: HostData) {}
+/// #     fn upload(&self, d: &HostData) -> Result<HostData> { Ok(d.clone()) }
+/// #     fn download(&self, b: HostData, _: DType, _: usize) -> Result<HostData> { Ok(b) }
+/// #     fn launch(&self, _: &Kernel, _: &Launch<'_>, _: &[Arg<'_, HostData>], _: &mut [HostData]) -> Result<()> { unimplemented!() }
+/// # }
+/// use kiln_compiler::{run_with, OutputRef, Plan, RunOptions};
+/// let plan = Plan { outputs: vec![OutputRef::Param(0)], ..Plan::default() };
+/// let b = kiln_ir::Bindings { params: vec![HostData::from(vec![1.0f32]).into()], ..Default::default() };
+/// let out = run_with(&Host, &plan, &b, RunOptions { keep: true, strict: true })?;
+/// assert!(out[0].host().is_some()); // this backend keeps nothing on a device
+/// # Ok::<(), kiln_ir::Error>(())
+/// ```
+pub fn run_with<B: Backend>(
+    backend: &B,
+    plan: &Plan,
+    bindings: &Bindings,
+    options: RunOptions,
+) -> Result<Vec<Value>> {
     let mut scalars = bindings.scalars.clone();
     eval_prelude(&plan.prelude, &mut scalars)?;
     let dims = &bindings.dims;
+    let keep = options.keep && backend.keeps_results();
     // Inline lists: a small plan's run allocates only its results.
-    let mut params: SmallVec<[Option<B::Buffer>; 8]> =
+    let mut params: SmallVec<[Option<ParamBuf<'_, B::Buffer>>; 8]> =
         (0..bindings.params.len()).map(|_| None).collect();
     let mut bufs: SmallVec<[Option<B::Buffer>; 8]> =
         (0..plan.buffers.len()).map(|_| None).collect();
-    let result = run_kernels(backend, plan, bindings, &scalars, &mut params, &mut bufs);
+    let result = run_kernels(
+        backend,
+        plan,
+        bindings,
+        &scalars,
+        options.strict,
+        &mut params,
+        &mut bufs,
+    );
     let out = result.and_then(|()| {
-        let mut out: Vec<HostData> = Vec::with_capacity(plan.outputs.len());
+        let mut out: Vec<Value> = Vec::with_capacity(plan.outputs.len());
         let mut done: SmallVec<[(u32, usize); 4]> = SmallVec::new();
         for o in &plan.outputs {
             match o {
@@ -235,7 +378,11 @@ pub fn run<B: Backend>(backend: &B, plan: &Plan, bindings: &Bindings) -> Result<
                         .expect("output buffer was written");
                     let len = resolve_shape(&slot.shape, dims).numel();
                     done.push((*s, out.len()));
-                    out.push(backend.download(b, slot.dtype, len)?);
+                    out.push(if keep {
+                        Value::from(backend.keep(b, slot.dtype, len)?)
+                    } else {
+                        Value::from(backend.download(b, slot.dtype, len)?)
+                    });
                 }
             }
         }
@@ -245,17 +392,20 @@ pub fn run<B: Backend>(backend: &B, plan: &Plan, bindings: &Bindings) -> Result<
         backend.release(b);
     }
     for b in params.into_iter().flatten() {
-        backend.release(b);
+        if let ParamBuf::Owned(b) = b {
+            backend.release(b);
+        }
     }
     out
 }
 
-fn run_kernels<B: Backend>(
+fn run_kernels<'a, B: Backend>(
     backend: &B,
     plan: &Plan,
-    bindings: &Bindings,
+    bindings: &'a Bindings,
     scalars: &[Scalar],
-    params: &mut [Option<B::Buffer>],
+    strict: bool,
+    params: &mut [Option<ParamBuf<'a, B::Buffer>>],
     bufs: &mut [Option<B::Buffer>],
 ) -> Result<()> {
     let dims = &bindings.dims;
@@ -263,7 +413,7 @@ fn run_kernels<B: Backend>(
     let mut ki = 0;
     while ki < plan.kernels.len() {
         if let Some(g) = groups.next_if(|g| g.start == ki) {
-            run_group(backend, plan, bindings, scalars, params, bufs, g)?;
+            run_group(backend, plan, bindings, scalars, strict, params, bufs, g)?;
             for k in g.start..g.end {
                 release_dead(backend, plan, bufs, k);
             }
@@ -275,7 +425,7 @@ fn run_kernels<B: Backend>(
         for input in &kernel.inputs {
             if let Source::Param(p) = input.source {
                 if params[p as usize].is_none() {
-                    params[p as usize] = Some(backend.upload(&bindings.params[p as usize])?);
+                    params[p as usize] = Some(bind(backend, &bindings.params[p as usize], strict)?);
                 }
             }
         }
@@ -317,7 +467,7 @@ fn run_kernels<B: Backend>(
                 .iter()
                 .map(|i| match i.source {
                     Source::Param(p) => {
-                        Arg::Buffer(params[p as usize].as_ref().expect("uploaded above"))
+                        Arg::Buffer(params[p as usize].as_ref().expect("bound above").get())
                     }
                     Source::Slot(s) => {
                         let b = plan.slots[s as usize].buffer;
@@ -355,12 +505,14 @@ fn release_dead<B: Backend>(backend: &B, plan: &Plan, bufs: &mut [Option<B::Buff
 }
 
 /// Runs the kernels of row group `g` with one [`Backend::launch_group`].
-fn run_group<B: Backend>(
+#[allow(clippy::too_many_arguments)]
+fn run_group<'a, B: Backend>(
     backend: &B,
     plan: &Plan,
-    bindings: &Bindings,
+    bindings: &'a Bindings,
     scalars: &[Scalar],
-    params: &mut [Option<B::Buffer>],
+    strict: bool,
+    params: &mut [Option<ParamBuf<'a, B::Buffer>>],
     bufs: &mut [Option<B::Buffer>],
     g: &RowGroup,
 ) -> Result<()> {
@@ -373,7 +525,7 @@ fn run_group<B: Backend>(
         for input in &kernel.inputs {
             if let Source::Param(p) = input.source {
                 if params[p as usize].is_none() {
-                    params[p as usize] = Some(backend.upload(&bindings.params[p as usize])?);
+                    params[p as usize] = Some(bind(backend, &bindings.params[p as usize], strict)?);
                 }
             }
         }
@@ -432,9 +584,9 @@ fn run_group<B: Backend>(
                     .inputs
                     .iter()
                     .map(|i| match i.source {
-                        Source::Param(p) => {
-                            GroupArg::Buffer(params[p as usize].as_ref().expect("uploaded above"))
-                        }
+                        Source::Param(p) => GroupArg::Buffer(
+                            params[p as usize].as_ref().expect("bound above").get(),
+                        ),
                         Source::Slot(s) => {
                             let b = plan.slots[s as usize].buffer;
                             match owned.iter().position(|&o| o == b) {

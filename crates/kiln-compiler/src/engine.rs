@@ -4,11 +4,11 @@
 //!
 //! Depends on [`crate::cache`], [`mod@crate::compile`], [`crate::backend`], [`crate::inspect`].
 
-use crate::backend::{run, Backend};
+use crate::backend::{run, run_with, Backend, RunOptions};
 use crate::cache::GraphCache;
 use crate::compile::{compile_for, Compiled, Target};
 use crate::inspect::{report, Report};
-use kiln_ir::{trace, Bindings, HostData, LazyExpr, NodeRef, Result};
+use kiln_ir::{trace, Bindings, HostData, LazyExpr, NodeRef, Result, Value};
 use std::sync::Arc;
 
 /// Default number of cached plans.
@@ -109,6 +109,13 @@ impl<B: Backend> Engine<B> {
     pub fn evaluate(&self, roots: &[&NodeRef]) -> Result<Vec<HostData>> {
         let (c, b) = self.prepare(roots)?;
         run(&self.backend, &c.plan, &b)
+    }
+
+    /// Evaluates `roots` placing values as `options` say (results left on the device with
+    /// [`RunOptions::keep`], see [`run_with`]).
+    pub fn evaluate_with(&self, roots: &[&NodeRef], options: RunOptions) -> Result<Vec<Value>> {
+        let (c, b) = self.prepare(roots)?;
+        run_with(&self.backend, &c.plan, &b, options)
     }
 
     /// What evaluating `roots` would do (compiles if needed, runs nothing).

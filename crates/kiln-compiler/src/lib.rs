@@ -19,7 +19,10 @@ pub mod memory;
 pub mod plan;
 pub mod rewrite;
 
-pub use backend::{eval_prelude, run, Arg, Backend, GroupArg, GroupKernel, Launch};
+pub use backend::{
+    eval_prelude, run, run_with, Arg, Backend, GroupArg, GroupKernel, Launch, RunOptions,
+    TRANSFER_TARGET,
+};
 pub use cache::{CacheStats, GraphCache, MissReason, MissRecord};
 pub use compile::{compile, compile_for, compile_with_limit, Compiled, Target};
 pub use engine::{Engine, DEFAULT_CAPACITY};

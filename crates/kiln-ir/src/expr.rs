@@ -3,15 +3,15 @@
 //!
 //! This is what the compiler and every backend consume. It provides the structural hash (the
 //! graph-cache key: ops, dtypes, shapes and wiring; never values, never pointers), a DOT dump,
-//! and the IR verifier. Depends on [`crate::node`], [`crate::op`], [`crate::data`].
+//! and the IR verifier. Depends on [`crate::node`], [`crate::op`], [`crate::value`].
 
-use crate::data::HostData;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::node::NodeRef;
 use crate::op::Op;
 use crate::shape::Shape;
 use crate::trace::{trace, Bindings, Dim, Key, SymShape, Trace};
+use crate::value::Value;
 use petgraph::graph::{DiGraph, NodeIndex};
 use petgraph::visit::EdgeRef;
 use petgraph::Direction;
@@ -59,7 +59,7 @@ pub struct LazyExpr {
     /// The DAG.
     pub graph: DiGraph<ExprNode, u32>,
     /// Data of `Op::Param(i)`, by `i`.
-    pub params: Vec<HostData>,
+    pub params: Vec<Value>,
     /// The requested outputs, in the order requested (may repeat).
     pub outputs: Vec<NodeIndex>,
     /// All run-time values: parameter data, scalars, seeds, dimension sizes.

@@ -6,7 +6,8 @@
 //! that infer dtypes and shapes as an expression is written, and the lowered [`LazyExpr`] DAG
 //! (petgraph) with its structural hash, DOT dump and verifier.
 //!
-//! It knows nothing of buffers, devices or kernels.
+//! It knows nothing of buffers, devices or kernels, beyond the opaque [`DeviceBuffer`] trait
+//! through which a backend's resident values sit in the graph.
 //!
 //! ```
 //! use kiln_ir::{build, BinaryOp, HostData, LazyExpr, Shape};
@@ -30,6 +31,7 @@ mod op;
 pub mod random;
 mod shape;
 mod trace;
+mod value;
 
 pub use data::{Element, Foreign, HostData, HostVec, Recycle, Recycled, Shared};
 pub use dtype::{DType, Kind, Scalar};
@@ -41,3 +43,4 @@ pub use shape::{Shape, MAX_ELEMENTS};
 pub use trace::{
     resolve_shape, scalar_key_value, trace, Bindings, Dim, Key, SymShape, Trace, TracedNode,
 };
+pub use value::{DeviceBuffer, DeviceData, Value};

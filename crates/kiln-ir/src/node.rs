@@ -2,14 +2,16 @@
 //! dtype and shape inferred when the node was built.
 //!
 //! A node that has been evaluated keeps its value and drops its operands, so a loop such as
-//! `w = w - lr * g` does not grow a chain of dead history. Dropping is iterative: a chain of a
+//! `w = w - lr * g` does not grow a chain of dead history. A value may live on the host, on a
+//! device (resident, [`DeviceData`]), or both once a resident value was downloaded. Dropping is iterative: a chain of a
 //! million unevaluated nodes does not overflow the stack. Depends on [`crate::op`],
-//! [`crate::data`], [`crate::shape`], [`crate::dtype`].
+//! [`crate::data`], [`crate::value`], [`crate::shape`], [`crate::dtype`].
 
 use crate::data::HostData;
 use crate::dtype::DType;
 use crate::op::Op;
 use crate::shape::Shape;
+use crate::value::{DeviceData, Value};
 use smallvec::SmallVec;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
@@ -44,6 +46,7 @@ pub struct Node {
     shape: Shape,
     inputs: Mutex<Inputs>,
     value: OnceLock<HostData>,
+    resident: OnceLock<DeviceData>,
 }
 
 impl Node {
@@ -61,6 +64,7 @@ impl Node {
             shape,
             inputs: Mutex::new(inputs),
             value: OnceLock::new(),
+            resident: OnceLock::new(),
         })
     }
 
@@ -78,8 +82,38 @@ impl Node {
             shape,
             inputs: Mutex::new(SmallVec::new()),
             value: OnceLock::new(),
+            resident: OnceLock::new(),
         };
         let _ = node.value.set(data);
+        Arc::new(node)
+    }
+
+    /// A leaf holding a resident value (length already checked against `shape`).
+    ///
+    /// ```
+    /// # use kiln_ir::{DType, DeviceBuffer, DeviceData, HostData, Node, Shape};
+    /// # #[derive(Debug)] struct Mirror(HostData);
+    /// # impl DeviceBuffer for Mirror {
+    /// #     fn device(&self) -> &'static str { "mirror" }
+    /// #     fn dtype(&self) -> DType { self.0.dtype() }
+    /// #     fn len(&self) -> usize { self.0.len() }
+    /// #     fn download(&self) -> kiln_ir::Result<HostData> { Ok(self.0.clone()) }
+    /// #     fn as_any(&self) -> &dyn std::any::Any { self }
+    /// # }
+    /// let d = DeviceData::new(Mirror(HostData::from(vec![1.0f32, 2.0])));
+    /// let n = Node::with_resident(d, Shape::from([2]));
+    /// assert!(n.is_evaluated() && n.value().is_none() && n.resident().is_some());
+    /// ```
+    pub fn with_resident(data: DeviceData, shape: Shape) -> NodeRef {
+        let node = Node {
+            op: Op::Data,
+            dtype: data.dtype(),
+            shape,
+            inputs: Mutex::new(SmallVec::new()),
+            value: OnceLock::new(),
+            resident: OnceLock::new(),
+        };
+        let _ = node.resident.set(data);
         Arc::new(node)
     }
 
@@ -129,6 +163,64 @@ impl Node {
     /// ```
     pub fn value(&self) -> Option<&HostData> {
         self.value.get()
+    }
+
+    /// The resident (device) value, if the node was evaluated on a device that keeps its
+    /// results, or made with [`Node::with_resident`].
+    ///
+    /// See [`Node::with_resident`].
+    pub fn resident(&self) -> Option<&DeviceData> {
+        self.resident.get()
+    }
+
+    /// Whether the node has a value, on the host or on a device.
+    ///
+    /// ```
+    /// use kiln_ir::{build, HostData, Shape, UnaryOp};
+    /// let a = build::data(HostData::from(vec![1.0f32]), Shape::from([1])).unwrap();
+    /// let e = build::unary(UnaryOp::Exp, &a).unwrap();
+    /// assert!(a.is_evaluated() && !e.is_evaluated());
+    /// ```
+    pub fn is_evaluated(&self) -> bool {
+        self.value.get().is_some() || self.resident.get().is_some()
+    }
+
+    /// The value as the tracer binds it (host copy and device value, whichever exist).
+    ///
+    /// ```
+    /// use kiln_ir::{build, HostData, Shape};
+    /// let a = build::data(HostData::from(vec![1.0f32]), Shape::from([1])).unwrap();
+    /// assert!(a.bound_value().unwrap().host().is_some());
+    /// ```
+    pub fn bound_value(&self) -> Option<Value> {
+        match (self.value.get(), self.resident.get()) {
+            (Some(h), Some(d)) => Some(Value::both(h.clone(), d.clone())),
+            (Some(h), None) => Some(Value::from(h.clone())),
+            (None, Some(d)) => Some(Value::from(d.clone())),
+            (None, None) => None,
+        }
+    }
+
+    /// The host value, downloading a resident value on first use (the host copy is kept
+    /// beside the device value). `Ok(None)` if the node has no value.
+    ///
+    /// ```
+    /// use kiln_ir::{build, HostData, Shape};
+    /// let a = build::data(HostData::from(vec![1.0f32]), Shape::from([1])).unwrap();
+    /// assert_eq!(a.host_value()?.unwrap().len(), 1);
+    /// # Ok::<(), kiln_ir::Error>(())
+    /// ```
+    pub fn host_value(&self) -> crate::Result<Option<&HostData>> {
+        if let Some(h) = self.value.get() {
+            return Ok(Some(h));
+        }
+        let Some(d) = self.resident.get() else {
+            return Ok(None);
+        };
+        let h = d.download()?;
+        // Another thread may have stored an equal copy meanwhile: either is the value.
+        let _ = self.value.set(h);
+        Ok(self.value.get())
     }
 
     /// Moves the value out (the node is then unevaluated data-less; only its sole owner can
@@ -186,8 +278,53 @@ impl Node {
     pub fn set_value(&self, data: HostData) -> bool {
         assert_eq!(data.dtype(), self.dtype, "set_value: dtype mismatch");
         assert_eq!(data.len(), self.shape.numel(), "set_value: length mismatch");
-        if self.value.set(data).is_err() {
+        if self.is_evaluated() || self.value.set(data).is_err() {
             return false;
+        }
+        let released = std::mem::take(&mut *self.lock_inputs());
+        drop_iteratively(released);
+        true
+    }
+
+    /// Stores an evaluated value wherever it lives (see [`Node::set_value`]): a resident
+    /// value stays on its device. Returns false (and changes nothing) if the node already
+    /// had a value.
+    ///
+    /// # Panics
+    /// If the value's dtype or length does not match the node (a backend bug).
+    ///
+    /// ```
+    /// use kiln_ir::{build, HostData, Shape, UnaryOp, Value};
+    /// let a = build::data(HostData::from(vec![1.0f32]), Shape::from([1])).unwrap();
+    /// let e = build::unary(UnaryOp::Exp, &a).unwrap();
+    /// assert!(e.set_evaluated(Value::from(HostData::from(vec![2.7f32]))));
+    /// assert!(e.value().is_some());
+    /// ```
+    pub fn set_evaluated(&self, value: Value) -> bool {
+        assert_eq!(value.dtype(), self.dtype, "set_evaluated: dtype mismatch");
+        assert_eq!(
+            value.len(),
+            self.shape.numel(),
+            "set_evaluated: length mismatch"
+        );
+        if self.is_evaluated() {
+            return false;
+        }
+        match value.device() {
+            Some(d) => {
+                if self.resident.set(d.clone()).is_err() {
+                    return false;
+                }
+                if let Some(h) = value.host() {
+                    let _ = self.value.set(h.clone());
+                }
+            }
+            None => {
+                let h = value.host().expect("a Value holds host or device data");
+                if self.value.set(h.clone()).is_err() {
+                    return false;
+                }
+            }
         }
         let released = std::mem::take(&mut *self.lock_inputs());
         drop_iteratively(released);

@@ -9,13 +9,13 @@
 //! only as a class (exactly `0`, `-0.0`, `1`, or other), which lets the compiler simplify
 //! `x * 1` without recompiling for every learning rate. Nothing else about values, and
 //! nothing about pointers, enters the key. Depends on [`crate::node`], [`crate::op`],
-//! [`crate::shape`], [`crate::data`].
+//! [`crate::shape`], [`crate::value`].
 
-use crate::data::HostData;
 use crate::dtype::{DType, Scalar};
 use crate::node::{Node, NodeRef};
 use crate::op::Op;
 use crate::shape::Shape;
+use crate::value::Value;
 use smallvec::SmallVec;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -160,7 +160,7 @@ impl Hash for Key {
 #[derive(Clone, Debug, Default)]
 pub struct Bindings {
     /// Input data, by parameter number.
-    pub params: Vec<HostData>,
+    pub params: Vec<Value>,
     /// Scalar values, by scalar number (already converted to each node's dtype).
     pub scalars: Vec<Scalar>,
     /// Random seeds, by random-node number.
@@ -376,7 +376,7 @@ pub fn trace(roots: &[&NodeRef], with_nodes: bool) -> Trace {
                     if seen.contains_key(&Arc::as_ptr(&node)) {
                         continue;
                     }
-                    if node.value().is_some() {
+                    if node.is_evaluated() {
                         (node, SmallVec::new())
                     } else {
                         // The operands are cloned only when not seen yet (a handle keeps
@@ -403,8 +403,8 @@ pub fn trace(roots: &[&NodeRef], with_nodes: bool) -> Trace {
             };
             let key = Arc::as_ptr(&node);
             // Emit the node.
-            let param = node.value().map(|v| {
-                bindings.params.push(v.clone());
+            let param = node.bound_value().map(|v| {
+                bindings.params.push(v);
                 bindings.params.len() as u32 - 1
             });
             let op = match param {

@@ -47,6 +47,12 @@ struct Tensor {
 /// assert!(err.to_string().contains("index 5"));
 /// ```
 pub fn evaluate(expr: &LazyExpr) -> Result<Vec<HostData>> {
+    // Resident parameters are read through a download: the interpreter runs on the host.
+    let params: Vec<HostData> = expr
+        .params
+        .iter()
+        .map(|v| v.to_host())
+        .collect::<Result<_>>()?;
     let mut values: Vec<Option<Tensor>> = vec![None; expr.graph.node_count()];
     for n in expr.topo_order() {
         let node = &expr.graph[n];
@@ -59,7 +65,7 @@ pub fn evaluate(expr: &LazyExpr) -> Result<Vec<HostData>> {
                     .expect("operands are evaluated first")
             })
             .collect();
-        let data = eval_op(&node.op, node.dtype, &node.shape, &ins, &expr.params)?;
+        let data = eval_op(&node.op, node.dtype, &node.shape, &ins, &params)?;
         debug_assert_eq!(data.len(), node.shape.numel(), "{}", node.op);
         values[n.index()] = Some(Tensor {
             dtype: node.dtype,

@@ -2,7 +2,7 @@
 //! depends on), the [`Pool`] that recycles released buffers by size class, and the byte
 //! conversions of upload and download (`bool` lives as `u32` on the device).
 //!
-//! Depends on `wgpu`, `kiln-ir`.
+//! Depends on `wgpu`, `kiln-ir`, `bytemuck` (the host's bytes viewed as device bytes).
 
 use kiln_ir::{DType, Error, HostData};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,6 +24,9 @@ pub(crate) const STATUS_WORDS: u64 = 8;
 #[derive(Debug)]
 pub(crate) struct Check {
     pub buf: wgpu::Buffer,
+    /// Set once a download read these words as fine: results computed later need not
+    /// carry the check (a long chain of resident values keeps a short lineage).
+    pub verified: std::sync::atomic::AtomicBool,
     /// The op a code-1/2 error names (division) or the indexed op.
     pub dtype: DType,
     /// Axis and size of an index check.
@@ -240,8 +243,22 @@ impl Pool {
     }
 }
 
-/// The little-endian device bytes of host data (`bool` widened to `u32`).
-pub(crate) fn host_bytes(data: &HostData) -> Vec<u8> {
+/// The little-endian device bytes of host data (`bool` widened to `u32`): the host's own
+/// bytes where they already are (a little-endian host), else a converted copy.
+pub(crate) fn host_bytes(data: &HostData) -> std::borrow::Cow<'_, [u8]> {
+    #[cfg(target_endian = "little")]
+    match data {
+        HostData::I32(v) => return std::borrow::Cow::Borrowed(bytemuck::cast_slice(&v[..])),
+        HostData::I64(v) => return std::borrow::Cow::Borrowed(bytemuck::cast_slice(&v[..])),
+        HostData::F32(v) => return std::borrow::Cow::Borrowed(bytemuck::cast_slice(&v[..])),
+        HostData::F64(v) => return std::borrow::Cow::Borrowed(bytemuck::cast_slice(&v[..])),
+        HostData::Bool(_) => {}
+    }
+    std::borrow::Cow::Owned(converted_bytes(data))
+}
+
+/// [`host_bytes`] element by element.
+fn converted_bytes(data: &HostData) -> Vec<u8> {
     fn le<T: Copy, const N: usize>(v: &[T], f: impl Fn(T) -> [u8; N]) -> Vec<u8> {
         let mut out = Vec::with_capacity(v.len() * N);
         for &x in v {
@@ -258,8 +275,30 @@ pub(crate) fn host_bytes(data: &HostData) -> Vec<u8> {
     }
 }
 
-/// Host data of `dtype` from `len` elements of device bytes.
+/// Host data of `dtype` from `len` elements of device bytes (one bulk copy per value on a
+/// little-endian host).
 pub(crate) fn from_bytes(bytes: &[u8], dtype: DType, len: usize) -> HostData {
+    #[cfg(target_endian = "little")]
+    {
+        fn bulk<T: bytemuck::Pod>(b: &[u8], len: usize) -> Vec<T> {
+            let mut v: Vec<T> = vec![T::zeroed(); len];
+            let n = std::mem::size_of_val(&v[..]);
+            bytemuck::cast_slice_mut::<T, u8>(&mut v).copy_from_slice(&b[..n]);
+            v
+        }
+        match dtype {
+            DType::I32 => return HostData::from(bulk::<i32>(bytes, len)),
+            DType::I64 => return HostData::from(bulk::<i64>(bytes, len)),
+            DType::F32 => return HostData::from(bulk::<f32>(bytes, len)),
+            DType::F64 => return HostData::from(bulk::<f64>(bytes, len)),
+            DType::Bool => {}
+        }
+    }
+    converted_from_bytes(bytes, dtype, len)
+}
+
+/// [`from_bytes`] element by element.
+fn converted_from_bytes(bytes: &[u8], dtype: DType, len: usize) -> HostData {
     fn read<T, const N: usize>(b: &[u8], len: usize, f: impl Fn([u8; N]) -> T) -> Vec<T> {
         b.chunks_exact(N)
             .take(len)
@@ -318,6 +357,10 @@ mod tests {
             assert_eq!(b.len() as u64, d.len() as u64 * elem_bytes(d.dtype()));
             let back = from_bytes(&b, d.dtype(), d.len());
             assert_eq!(format!("{back:?}"), format!("{d:?}"));
+            // The bulk paths agree with the element-by-element ones.
+            assert_eq!(&b[..], &converted_bytes(&d)[..]);
+            let slow = converted_from_bytes(&b, d.dtype(), d.len());
+            assert_eq!(format!("{slow:?}"), format!("{d:?}"));
         }
     }
 }

@@ -112,17 +112,41 @@ pub struct PipelineStats {
 /// # Ok::<(), kiln_wgpu::InitError>(())
 /// ```
 pub struct WgpuBackend {
-    gpu: device::Gpu,
+    core: Arc<Core>,
     pipelines: Mutex<hashbrown::HashMap<String, wgpu::ComputePipeline>>,
     hits: AtomicU64,
     misses: AtomicU64,
+}
+
+/// What resident values share with the backend: the device and queue, the pool their
+/// storage returns to, and the transfer counters.
+pub(crate) struct Core {
+    gpu: device::Gpu,
     pool: Pool,
+    uploaded: AtomicU64,
+    uploads: AtomicU64,
+    downloaded: AtomicU64,
+    downloads: AtomicU64,
+}
+
+/// Host↔device transfer counters of a [`WgpuBackend`] (bytes as the device stores them:
+/// `bool` counts 4 bytes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TransferStats {
+    /// Bytes copied from the host to the device.
+    pub uploaded_bytes: u64,
+    /// Host-to-device copies.
+    pub uploads: u64,
+    /// Bytes copied from the device to the host (values only, not status words).
+    pub downloaded_bytes: u64,
+    /// Device-to-host copies.
+    pub downloads: u64,
 }
 
 impl std::fmt::Debug for WgpuBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WgpuBackend")
-            .field("adapter", &self.gpu.caps.adapter)
+            .field("adapter", &self.core.gpu.caps.adapter)
             .finish()
     }
 }
@@ -140,11 +164,17 @@ impl WgpuBackend {
     /// ```
     pub fn new() -> std::result::Result<WgpuBackend, InitError> {
         Ok(WgpuBackend {
-            gpu: device::open()?,
+            core: Arc::new(Core {
+                gpu: device::open()?,
+                pool: Pool::new(DEFAULT_POOL_BYTES),
+                uploaded: AtomicU64::new(0),
+                uploads: AtomicU64::new(0),
+                downloaded: AtomicU64::new(0),
+                downloads: AtomicU64::new(0),
+            }),
             pipelines: Mutex::new(hashbrown::HashMap::new()),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
-            pool: Pool::new(DEFAULT_POOL_BYTES),
         })
     }
 
@@ -156,7 +186,7 @@ impl WgpuBackend {
     /// assert!(gpu.capabilities().max_bindings >= 4);
     /// ```
     pub fn capabilities(&self) -> &Capabilities {
-        &self.gpu.caps
+        &self.core.gpu.caps
     }
 
     /// Pipeline-cache counters.
@@ -178,6 +208,23 @@ impl WgpuBackend {
         }
     }
 
+    /// Host↔device transfer counters since the backend was opened.
+    ///
+    /// ```no_run
+    /// # // Needs a GPU adapter.
+    /// let gpu = kiln_wgpu::WgpuBackend::new().unwrap();
+    /// assert_eq!(gpu.transfer_stats().uploaded_bytes, 0);
+    /// ```
+    pub fn transfer_stats(&self) -> TransferStats {
+        let c = &self.core;
+        TransferStats {
+            uploaded_bytes: c.uploaded.load(Ordering::Relaxed),
+            uploads: c.uploads.load(Ordering::Relaxed),
+            downloaded_bytes: c.downloaded.load(Ordering::Relaxed),
+            downloads: c.downloads.load(Ordering::Relaxed),
+        }
+    }
+
     /// Buffer-pool figures.
     ///
     /// ```no_run
@@ -186,7 +233,7 @@ impl WgpuBackend {
     /// assert_eq!(gpu.pool_stats().live, 0);
     /// ```
     pub fn pool_stats(&self) -> PoolStats {
-        self.pool.stats()
+        self.core.pool.stats()
     }
 
     /// Sets the bound of the buffer pool (bytes); released buffers beyond it are freed.
@@ -197,7 +244,7 @@ impl WgpuBackend {
     /// gpu.set_pool_limit(0); // no pooling
     /// ```
     pub fn set_pool_limit(&self, bytes: u64) {
-        self.pool.set_limit(bytes)
+        self.core.pool.set_limit(bytes)
     }
 
     /// Waits until the device has finished all submitted work.
@@ -207,7 +254,30 @@ impl WgpuBackend {
     /// kiln_wgpu::WgpuBackend::new().unwrap().synchronize();
     /// ```
     pub fn synchronize(&self) {
-        let _ = self.gpu.device.poll(wgpu::PollType::wait_indefinitely());
+        let _ = self
+            .core
+            .gpu
+            .device
+            .poll(wgpu::PollType::wait_indefinitely());
+    }
+
+    /// Uploads host data into a resident value (the storage returns to the pool when its
+    /// last handle drops).
+    ///
+    /// ```no_run
+    /// # // Needs a GPU adapter.
+    /// use kiln_ir::HostData;
+    /// let gpu = kiln_wgpu::WgpuBackend::new().unwrap();
+    /// let d = gpu.upload_resident(&HostData::from(vec![1.0f32, 2.0]))?;
+    /// assert_eq!(d.download()?.len(), 2);
+    /// # Ok::<(), kiln_ir::Error>(())
+    /// ```
+    pub fn upload_resident(&self, data: &HostData) -> Result<kiln_ir::DeviceData> {
+        let b = <Self as Backend>::upload(self, data)?;
+        Ok(kiln_ir::DeviceData::new(Resident {
+            core: self.core.clone(),
+            buffer: Some(b),
+        }))
     }
 
     fn pipeline(&self, source: &str) -> Result<wgpu::ComputePipeline> {
@@ -227,7 +297,7 @@ impl WgpuBackend {
         } else {
             eprintln!("kiln-wgpu: new pipeline\n{source}");
         }
-        let device = &self.gpu.device;
+        let device = &self.core.gpu.device;
         let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some("kiln kernel"),
@@ -256,7 +326,7 @@ impl WgpuBackend {
 
     fn new_buffer(&self, dtype: DType, len: usize) -> Result<GpuBuffer> {
         let bytes = elem_bytes(dtype) * len as u64;
-        let caps = &self.gpu.caps;
+        let caps = &self.core.gpu.caps;
         if bytes > caps.max_binding_bytes.min(caps.max_buffer_bytes) {
             return Err(too_large(
                 "wgpu allocate",
@@ -267,7 +337,7 @@ impl WgpuBackend {
             ));
         }
         Ok(GpuBuffer {
-            buf: self.pool.take(&self.gpu.device, bytes),
+            buf: self.core.pool.take(&self.core.gpu.device, bytes),
             dtype,
             len,
             checks: Vec::new(),
@@ -280,7 +350,7 @@ impl WgpuBackend {
         work: &[(Dispatch, Vec<wgpu::BindingResource<'_>>)],
         pre: &[(&wgpu::Buffer, &wgpu::Buffer, u64)],
     ) {
-        let device = &self.gpu.device;
+        let device = &self.core.gpu.device;
         let mut enc = device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
             label: Some("kiln launch"),
         });
@@ -304,7 +374,7 @@ impl WgpuBackend {
                 entries: &entries,
             });
             let grid = d.grid.unwrap_or_else(|| {
-                let maxd = self.gpu.caps.max_groups_per_dim as u64;
+                let maxd = self.core.gpu.caps.max_groups_per_dim as u64;
                 let x = d.groups.min(maxd);
                 let y = d.groups.div_ceil(x.max(1));
                 [x as u32, y as u32, 1]
@@ -320,7 +390,7 @@ impl WgpuBackend {
             pass.set_bind_group(0, &bg, &[]);
             pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
         }
-        self.gpu.queue.submit([enc.finish()]);
+        self.core.gpu.queue.submit([enc.finish()]);
     }
 }
 
@@ -343,101 +413,67 @@ impl Backend for WgpuBackend {
     }
 
     fn release(&self, buffer: GpuBuffer) {
-        self.pool.put(buffer.buf);
+        self.core.pool.put(buffer.buf);
     }
 
     fn upload(&self, data: &HostData) -> Result<GpuBuffer> {
         let b = self.new_buffer(data.dtype(), data.len())?;
         if !data.is_empty() {
-            self.gpu
-                .queue
-                .write_buffer(&b.buf, 0, &buffer::host_bytes(data));
+            let bytes = buffer::host_bytes(data);
+            self.core.gpu.queue.write_buffer(&b.buf, 0, &bytes);
+            self.core
+                .uploaded
+                .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+            self.core.uploads.fetch_add(1, Ordering::Relaxed);
         }
         Ok(b)
     }
 
     fn download(&self, buffer: GpuBuffer, dtype: DType, len: usize) -> Result<HostData> {
+        let result = self.core.read_back(&buffer, dtype, len);
+        self.release(buffer);
+        result
+    }
+
+    fn keeps_results(&self) -> bool {
+        true
+    }
+
+    fn keep(&self, buffer: GpuBuffer, dtype: DType, len: usize) -> Result<kiln_ir::DeviceData> {
         if buffer.dtype != dtype || buffer.len < len {
             let e = internal(format!(
-                "download of {len} {dtype} elements from a buffer of {} {}",
+                "keeping {len} {dtype} elements of a buffer of {} {}",
                 buffer.len, buffer.dtype
             ));
             self.release(buffer);
             return Err(e);
         }
-        let device = &self.gpu.device;
-        let bytes = elem_bytes(dtype) * len as u64;
-        let status_bytes = STATUS_WORDS * 4 * buffer.checks.len() as u64;
-        let staging = device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("kiln readback"),
-            size: (bytes + status_bytes).max(4),
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        let mut enc = device.create_command_encoder(&Default::default());
-        for (i, c) in buffer.checks.iter().enumerate() {
-            enc.copy_buffer_to_buffer(
-                &c.buf,
-                0,
-                &staging,
-                i as u64 * STATUS_WORDS * 4,
-                STATUS_WORDS * 4,
-            );
-        }
-        if bytes > 0 {
-            enc.copy_buffer_to_buffer(&buffer.buf, 0, &staging, status_bytes, bytes);
-        }
-        self.gpu.queue.submit([enc.finish()]);
-        let (tx, rx) = std::sync::mpsc::channel();
-        staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
-            let _ = tx.send(r);
-        });
-        let waited = device.poll(wgpu::PollType::wait_indefinitely());
-        let mapped = rx.recv().ok().and_then(|r| r.ok());
-        let result = match (waited, mapped) {
-            (Ok(_), Some(())) => {
-                let view = match staging.slice(..).get_mapped_range() {
-                    Ok(v) => v,
-                    Err(e) => {
-                        self.release(buffer);
-                        return Err(internal(format!("readback mapping failed: {e}")));
-                    }
-                };
-                let words: Vec<u32> = view[..status_bytes as usize]
-                    .chunks_exact(4)
-                    .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                    .collect();
-                let checks = buffer.checks.len();
-                if !dump() {
-                    tracing::trace!(target: TARGET, checks, ?words, "download");
-                } else if tracing::enabled!(target: TARGET, tracing::Level::INFO) {
-                    tracing::info!(target: TARGET, checks, ?words, "download");
-                } else {
-                    eprintln!("kiln-wgpu: download with {checks} checks: {words:?}");
-                }
-                let err = buffer
-                    .checks
-                    .iter()
-                    .enumerate()
-                    .find_map(|(i, c)| c.error(&words[i * STATUS_WORDS as usize..]));
-                match err {
-                    Some(e) => Err(e),
-                    None => Ok(buffer::from_bytes(
-                        &view[status_bytes as usize..(status_bytes + bytes) as usize],
-                        dtype,
-                        len,
-                    )),
-                }
+        // Value errors surface at the evaluation, as on the CPU: a result whose lineage holds
+        // unread status words waits for them (only plans with fallible kernels pay this).
+        if buffer
+            .checks
+            .iter()
+            .any(|c| !c.verified.load(Ordering::Relaxed))
+        {
+            if let Err(e) = self.core.read_back(&buffer, dtype, 0) {
+                self.release(buffer);
+                return Err(e);
             }
-            _ => Err(Error::InvalidArgument {
-                op: "wgpu download",
-                message: "the device was lost or the readback failed".into(),
-                hint: "check the driver; rerun with the CPU backend (KILN_DEVICE=cpu)".into(),
-            }),
-        };
-        drop(staging);
-        self.release(buffer);
-        result
+        }
+        let mut buffer = buffer;
+        buffer.len = len;
+        Ok(kiln_ir::DeviceData::new(Resident {
+            core: self.core.clone(),
+            buffer: Some(buffer),
+        }))
+    }
+
+    fn resident<'a>(&self, value: &'a kiln_ir::DeviceData) -> Option<&'a GpuBuffer> {
+        let r = value.buffer().as_any().downcast_ref::<Resident>()?;
+        if !Arc::ptr_eq(&r.core, &self.core) {
+            return None; // another backend's device
+        }
+        r.buffer.as_ref()
     }
 
     fn launch(
@@ -447,7 +483,7 @@ impl Backend for WgpuBackend {
         inputs: &[Arg<'_, GpuBuffer>],
         outputs: &mut [GpuBuffer],
     ) -> Result<()> {
-        let caps = &self.gpu.caps;
+        let caps = &self.core.gpu.caps;
         let elementwise = matches!(kernel.kind, KernelKind::Elementwise { .. });
         let computes_virtual = matches!(
             kernel.kind,
@@ -493,7 +529,7 @@ impl Backend for WgpuBackend {
             caps,
         );
         for (_, c) in copies {
-            self.pool.put(c.buf);
+            self.core.pool.put(c.buf);
         }
         result
     }
@@ -535,7 +571,7 @@ impl WgpuBackend {
         match self.launch(&copy, &l, &[Arg::Virtual], std::slice::from_mut(&mut buf)) {
             Ok(()) => Ok(buf),
             Err(e) => {
-                self.pool.put(buf.buf);
+                self.core.pool.put(buf.buf);
                 Err(e)
             }
         }
@@ -604,7 +640,7 @@ impl WgpuBackend {
                 (w, None)
             }
         };
-        let device = &self.gpu.device;
+        let device = &self.core.gpu.device;
         // Per-launch data.
         let status = if work.dispatches.iter().any(|d| d.status) {
             Some(device.create_buffer(&wgpu::BufferDescriptor {
@@ -708,7 +744,7 @@ impl WgpuBackend {
         self.submit(&bound, &pre);
         drop(bound);
         for e in extras {
-            self.pool.put(e.buf);
+            self.core.pool.put(e.buf);
         }
         // Error lineage: every output depends on the inputs' checks and this launch's.
         let mut checks: Vec<Arc<Check>> = Vec::new();
@@ -720,6 +756,9 @@ impl WgpuBackend {
                 Arg::Virtual => continue,
             };
             for c in from {
+                if c.verified.load(Ordering::Relaxed) {
+                    continue; // read back without an error already
+                }
                 if !checks.iter().any(|x| Arc::ptr_eq(x, c)) {
                     checks.push(c.clone());
                 }
@@ -728,6 +767,7 @@ impl WgpuBackend {
         if let Some(buf) = status {
             checks.push(Arc::new(Check {
                 buf,
+                verified: std::sync::atomic::AtomicBool::new(false),
                 dtype: error_dtype.unwrap_or(DType::I64),
                 axis: work.index_check.0,
                 size: work.index_check.1,
@@ -737,6 +777,146 @@ impl WgpuBackend {
             o.checks = checks.clone();
         }
         Ok(())
+    }
+}
+
+impl Core {
+    /// The first `len` elements of `buffer` (waits for the device; reports the value errors
+    /// its lineage raised).
+    fn read_back(&self, buffer: &GpuBuffer, dtype: DType, len: usize) -> Result<HostData> {
+        if buffer.dtype != dtype || buffer.len < len {
+            return Err(internal(format!(
+                "download of {len} {dtype} elements from a buffer of {} {}",
+                buffer.len, buffer.dtype
+            )));
+        }
+        let device = &self.gpu.device;
+        let bytes = elem_bytes(dtype) * len as u64;
+        let status_bytes = STATUS_WORDS * 4 * buffer.checks.len() as u64;
+        let staging = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("kiln readback"),
+            size: (bytes + status_bytes).max(4),
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut enc = device.create_command_encoder(&Default::default());
+        for (i, c) in buffer.checks.iter().enumerate() {
+            enc.copy_buffer_to_buffer(
+                &c.buf,
+                0,
+                &staging,
+                i as u64 * STATUS_WORDS * 4,
+                STATUS_WORDS * 4,
+            );
+        }
+        if bytes > 0 {
+            enc.copy_buffer_to_buffer(&buffer.buf, 0, &staging, status_bytes, bytes);
+        }
+        self.gpu.queue.submit([enc.finish()]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+        let waited = device.poll(wgpu::PollType::wait_indefinitely());
+        let mapped = rx.recv().ok().and_then(|r| r.ok());
+        let result = match (waited, mapped) {
+            (Ok(_), Some(())) => {
+                let view = match staging.slice(..).get_mapped_range() {
+                    Ok(v) => v,
+                    Err(e) => return Err(internal(format!("readback mapping failed: {e}"))),
+                };
+                let words: Vec<u32> = view[..status_bytes as usize]
+                    .chunks_exact(4)
+                    .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect();
+                let checks = buffer.checks.len();
+                if !dump() {
+                    tracing::trace!(target: TARGET, checks, ?words, "download");
+                } else if tracing::enabled!(target: TARGET, tracing::Level::INFO) {
+                    tracing::info!(target: TARGET, checks, ?words, "download");
+                } else {
+                    eprintln!("kiln-wgpu: download with {checks} checks: {words:?}");
+                }
+                let err = buffer
+                    .checks
+                    .iter()
+                    .enumerate()
+                    .find_map(|(i, c)| c.error(&words[i * STATUS_WORDS as usize..]));
+                if err.is_none() {
+                    // Checked: later results need not carry these checks again.
+                    for c in &buffer.checks {
+                        c.verified.store(true, Ordering::Relaxed);
+                    }
+                    if bytes > 0 {
+                        self.downloaded.fetch_add(bytes, Ordering::Relaxed);
+                        self.downloads.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                match err {
+                    Some(e) => Err(e),
+                    None => Ok(buffer::from_bytes(
+                        &view[status_bytes as usize..(status_bytes + bytes) as usize],
+                        dtype,
+                        len,
+                    )),
+                }
+            }
+            _ => Err(Error::InvalidArgument {
+                op: "wgpu download",
+                message: "the device was lost or the readback failed".into(),
+                hint: "check the driver; rerun with the CPU backend (KILN_DEVICE=cpu)".into(),
+            }),
+        };
+        drop(staging);
+        result
+    }
+}
+
+/// A result kept on the device between evaluations: the [`kiln_ir::DeviceBuffer`] behind
+/// kiln's resident arrays. Its storage goes back to the backend's pool when the last handle
+/// drops.
+pub struct Resident {
+    core: Arc<Core>,
+    /// `Some` until dropped.
+    buffer: Option<GpuBuffer>,
+}
+
+impl std::fmt::Debug for Resident {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Resident")
+            .field("adapter", &self.core.gpu.caps.adapter)
+            .field("buffer", &self.buffer)
+            .finish()
+    }
+}
+
+impl Drop for Resident {
+    fn drop(&mut self) {
+        if let Some(b) = self.buffer.take() {
+            self.core.pool.put(b.buf);
+        }
+    }
+}
+
+impl kiln_ir::DeviceBuffer for Resident {
+    fn device(&self) -> &'static str {
+        "wgpu"
+    }
+    fn dtype(&self) -> DType {
+        self.buffer.as_ref().map_or(DType::F32, |b| b.dtype)
+    }
+    fn len(&self) -> usize {
+        self.buffer.as_ref().map_or(0, |b| b.len)
+    }
+    fn download(&self) -> Result<HostData> {
+        let b = self
+            .buffer
+            .as_ref()
+            .ok_or_else(|| internal("a dropped resident value was read".into()))?;
+        self.core.read_back(b, b.dtype, b.len)
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }
 

@@ -151,7 +151,7 @@ impl Array {
     /// # Ok::<(), kiln::Error>(())
     /// ```
     pub fn is_evaluated(&self) -> bool {
-        self.node.value().is_some()
+        self.node.is_evaluated()
     }
 
     /// Computes the value now (once; later calls and clones reuse it). Use
@@ -167,9 +167,11 @@ impl Array {
         eval::eval(&[self])
     }
 
+    /// The host value: evaluates, and downloads a resident value (once: the host copy is
+    /// kept beside it).
     pub(crate) fn data(&self) -> Result<HostData> {
         self.eval()?;
-        Ok(self.node.value().expect("evaluated").clone())
+        Ok(self.node.host_value()?.expect("evaluated").clone())
     }
 
     /// The elements in row-major order. `T` must be the array's dtype (cast first to convert).

@@ -2,18 +2,23 @@
 //! process-wide default ([`default_device`], [`set_default_device`], `KILN_DEVICE=cpu|wgpu`)
 //! and per-evaluation placement ([`eval_on`]).
 //!
-//! **Where values live.** An evaluation runs wholly on one device: its inputs (arrays made
-//! from host data, or evaluated earlier) are uploaded at its start and the values it returns
-//! are downloaded at its end, into host memory, where every evaluated array keeps its value.
-//! Inside one evaluation nothing crosses between host and device; every intermediate stays
-//! on the device. So put the work of a step into one evaluation ([`crate::eval`] of all the
-//! arrays it needs) to keep transfers to one upload of the inputs and one download of the
-//! results. (Keeping values resident on the GPU *between* evaluations is not implemented
-//! yet.)
+//! **Where values live.** An evaluation runs wholly on one device, and its results stay
+//! there: on the GPU an evaluated array is *resident* ([`Array::device`]), and a later
+//! evaluation on the GPU reads it in place, never uploading it again. Host data (arrays
+//! made from vectors, or evaluated on the CPU) is uploaded when a GPU evaluation reads it.
+//! `to_vec`, `item`, printing and the other readers download a resident value once and keep
+//! the host copy beside it. [`Array::to_device`] and [`Array::to_host`] move a value
+//! explicitly. An input resident on another device than the evaluation's is moved through
+//! the host, with a `tracing` event at target `kiln::transfer` (DEBUG) naming both devices
+//! and the bytes, or refused with an error under strict placement
+//! ([`set_strict_placement`], `KILN_STRICT_PLACEMENT=1`). [`Device::transfers`] counts the
+//! bytes moved. So a training loop on the GPU uploads its parameters once, then only each
+//! batch, and downloads only what it reads (the loss).
 //!
-//! Depends on [`crate::eval`] (the engines) and `tracing` (the `kiln::device` warning).
+//! Depends on [`crate::eval`] (the engines), `kiln-compiler` (run options) and `tracing`
+//! (the `kiln::device` warning).
 
-use kiln_ir::{DType, Error, Result};
+use kiln_ir::{DType, Error, Node, Result};
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::Array;
@@ -127,6 +132,271 @@ impl Device {
             #[cfg(not(feature = "wgpu"))]
             Device::Wgpu => "wgpu: kiln was built without its `wgpu` feature".into(),
         }
+    }
+}
+
+/// Host↔device transfer counters of a device (see [`Device::transfers`]).
+///
+/// ```
+/// let t = kiln::Device::Cpu.transfers();
+/// assert_eq!(t, kiln::Transfers::default()); // the CPU moves nothing
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Transfers {
+    /// Bytes copied from the host to the device (`bool` counts 4 bytes on wgpu).
+    pub uploaded_bytes: u64,
+    /// Host-to-device copies.
+    pub uploads: u64,
+    /// Bytes copied from the device to the host.
+    pub downloaded_bytes: u64,
+    /// Device-to-host copies.
+    pub downloads: u64,
+}
+
+impl std::ops::Sub for Transfers {
+    type Output = Transfers;
+    /// The transfers between two readings (`after - before`).
+    fn sub(self, before: Transfers) -> Transfers {
+        Transfers {
+            uploaded_bytes: self.uploaded_bytes - before.uploaded_bytes,
+            uploads: self.uploads - before.uploads,
+            downloaded_bytes: self.downloaded_bytes - before.downloaded_bytes,
+            downloads: self.downloads - before.downloads,
+        }
+    }
+}
+
+/// Memory a device holds for kiln (see [`Device::memory`]).
+///
+/// ```
+/// let m = kiln::Device::Cpu.memory();
+/// assert_eq!(m.live_bytes, 0); // host memory is not counted here
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceMemory {
+    /// Bytes of buffers in use: resident values and the running evaluation's buffers.
+    pub live_bytes: u64,
+    /// Bytes of released buffers kept for reuse.
+    pub pooled_bytes: u64,
+}
+
+impl Device {
+    /// Waits until the device has finished the work submitted to it (GPU evaluations return
+    /// once their work is queued). A no-op on the CPU. For timing; reading a value waits by
+    /// itself.
+    ///
+    /// ```
+    /// kiln::Device::Cpu.synchronize();
+    /// ```
+    pub fn synchronize(self) {
+        match self {
+            Device::Cpu => {}
+            #[cfg(feature = "wgpu")]
+            Device::Wgpu => {
+                if let Ok(e) = crate::eval::wgpu_engine() {
+                    e.backend().synchronize();
+                }
+            }
+            #[cfg(not(feature = "wgpu"))]
+            Device::Wgpu => {}
+        }
+    }
+
+    /// Bytes moved between the host and this device since the process opened it.
+    ///
+    /// ```
+    /// use kiln::{Array, Device};
+    /// if Device::Wgpu.is_available() {
+    ///     let before = Device::Wgpu.transfers();
+    ///     let x = Array::from_vec(vec![1.0f32; 256], &[256])?.to_device(Device::Wgpu)?;
+    ///     let moved = Device::Wgpu.transfers() - before;
+    ///     assert_eq!(moved.uploaded_bytes, 1024);
+    ///     let _ = x;
+    /// }
+    /// # Ok::<(), kiln::Error>(())
+    /// ```
+    pub fn transfers(self) -> Transfers {
+        match self {
+            Device::Cpu => Transfers::default(),
+            #[cfg(feature = "wgpu")]
+            Device::Wgpu => match crate::eval::wgpu_engine() {
+                Ok(e) => {
+                    let t = e.backend().transfer_stats();
+                    Transfers {
+                        uploaded_bytes: t.uploaded_bytes,
+                        uploads: t.uploads,
+                        downloaded_bytes: t.downloaded_bytes,
+                        downloads: t.downloads,
+                    }
+                }
+                Err(_) => Transfers::default(),
+            },
+            #[cfg(not(feature = "wgpu"))]
+            Device::Wgpu => Transfers::default(),
+        }
+    }
+
+    /// The device memory kiln holds: buffers in use (resident values included) and pooled.
+    ///
+    /// ```
+    /// let m = kiln::Device::Wgpu.memory(); // zeros when no GPU was opened
+    /// assert!(m.live_bytes + m.pooled_bytes < u64::MAX);
+    /// ```
+    pub fn memory(self) -> DeviceMemory {
+        match self {
+            Device::Cpu => DeviceMemory::default(),
+            #[cfg(feature = "wgpu")]
+            Device::Wgpu => match crate::eval::wgpu_engine() {
+                Ok(e) => {
+                    let p = e.backend().pool_stats();
+                    DeviceMemory {
+                        live_bytes: p.live,
+                        pooled_bytes: p.pooled,
+                    }
+                }
+                Err(_) => DeviceMemory::default(),
+            },
+            #[cfg(not(feature = "wgpu"))]
+            Device::Wgpu => DeviceMemory::default(),
+        }
+    }
+}
+
+/// 0: not read yet; 1: off; 2: on.
+static STRICT: AtomicU8 = AtomicU8::new(0);
+
+/// Whether strict placement is on: an evaluation refuses an input resident on another
+/// device instead of moving it. Set by [`set_strict_placement`], else by
+/// `KILN_STRICT_PLACEMENT=1`; off by default.
+///
+/// ```
+/// kiln::set_strict_placement(false);
+/// assert!(!kiln::strict_placement());
+/// ```
+pub fn strict_placement() -> bool {
+    match STRICT.load(Ordering::Relaxed) {
+        1 => false,
+        2 => true,
+        _ => {
+            let on = std::env::var("KILN_STRICT_PLACEMENT").is_ok_and(|v| v == "1");
+            let _ = STRICT.compare_exchange(
+                0,
+                if on { 2 } else { 1 },
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+            strict_placement()
+        }
+    }
+}
+
+/// Turns strict placement on or off (see [`strict_placement`]).
+///
+/// ```
+/// use kiln::{Array, Device};
+/// if Device::Wgpu.is_available() {
+///     let g = Array::from_vec(vec![1.0f32, 2.0], &[2])?.to_device(Device::Wgpu)?;
+///     kiln::set_strict_placement(true);
+///     // Evaluating on the CPU would have to download `g`: refused.
+///     assert!(kiln::eval_on(Device::Cpu, &[&(&g * 2.0)]).is_err());
+///     kiln::set_strict_placement(false);
+/// }
+/// # Ok::<(), kiln::Error>(())
+/// ```
+pub fn set_strict_placement(on: bool) {
+    STRICT.store(if on { 2 } else { 1 }, Ordering::Relaxed);
+}
+
+impl Array {
+    /// Where the value lives: `Some(Device::Wgpu)` for a value resident on the GPU (whether
+    /// or not a host copy was downloaded too), `Some(Device::Cpu)` for host data, `None`
+    /// before evaluation.
+    ///
+    /// ```
+    /// use kiln::{Array, Device};
+    /// let x = Array::from_vec(vec![1.0f32], &[1])?;
+    /// assert_eq!(x.device(), Some(Device::Cpu));
+    /// assert_eq!((&x + 1.0).device(), None);
+    /// # Ok::<(), kiln::Error>(())
+    /// ```
+    pub fn device(&self) -> Option<Device> {
+        if self.node.resident().is_some() {
+            Some(Device::Wgpu)
+        } else if self.node.value().is_some() {
+            Some(Device::Cpu)
+        } else {
+            None
+        }
+    }
+
+    /// The value on `device`: evaluates (on the default device), then copies it there
+    /// unless it is there already (then the result shares it). A GPU copy is resident:
+    /// evaluations on the GPU read it without uploading it again.
+    ///
+    /// ```
+    /// use kiln::{Array, Device};
+    /// let w = Array::from_vec(vec![1.0f32, 2.0], &[2])?;
+    /// if Device::Wgpu.is_available() {
+    ///     let w = w.to_device(Device::Wgpu)?; // uploaded once
+    ///     assert_eq!(w.device(), Some(Device::Wgpu));
+    ///     let y = &w * 3.0;
+    ///     kiln::eval_on(Device::Wgpu, &[&y])?; // reads `w` in place; `y` stays on the GPU
+    ///     assert_eq!(y.to_vec::<f32>()?, vec![3.0, 6.0]); // downloads
+    /// }
+    /// assert_eq!(w.to_device(Device::Cpu)?.device(), Some(Device::Cpu));
+    /// # Ok::<(), kiln::Error>(())
+    /// ```
+    pub fn to_device(&self, device: Device) -> Result<Array> {
+        match device {
+            Device::Cpu => self.to_host(),
+            Device::Wgpu => {
+                self.eval()?;
+                if self.node.resident().is_some() {
+                    return Ok(self.clone());
+                }
+                let host = self.data()?;
+                #[cfg(feature = "wgpu")]
+                {
+                    let d = crate::eval::wgpu_engine()?
+                        .backend()
+                        .upload_resident(&host)?;
+                    Ok(Array::from_node(Node::with_resident(
+                        d,
+                        self.node.shape().clone(),
+                    )))
+                }
+                #[cfg(not(feature = "wgpu"))]
+                {
+                    let _ = (host, Node::with_resident);
+                    Err(unavailable(
+                        "kiln was built without its `wgpu` feature".into(),
+                    ))
+                }
+            }
+        }
+    }
+
+    /// The value in host memory: evaluates, then downloads a resident value (a new array;
+    /// the resident one is unchanged). An array already on the host is returned as is
+    /// (sharing its data).
+    ///
+    /// ```
+    /// let x = kiln::Array::from_vec(vec![2i32, 3], &[2])?;
+    /// let h = (&x * 2).to_host()?;
+    /// assert_eq!(h.device(), Some(kiln::Device::Cpu));
+    /// assert_eq!(h.to_vec::<i32>()?, vec![4, 6]);
+    /// # Ok::<(), kiln::Error>(())
+    /// ```
+    pub fn to_host(&self) -> Result<Array> {
+        self.eval()?;
+        if self.node.resident().is_none() {
+            return Ok(self.clone());
+        }
+        let host = self.data()?;
+        Ok(Array::from_node(Node::with_value(
+            host,
+            self.node.shape().clone(),
+        )))
     }
 }
 

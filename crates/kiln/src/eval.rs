@@ -10,9 +10,9 @@
 
 use crate::device::{default_device, Device};
 use crate::Array;
-use kiln_compiler::{Backend, CacheStats, Compiled, Engine, Report};
+use kiln_compiler::{Backend, CacheStats, Compiled, Engine, Report, RunOptions};
 use kiln_cpu::CpuBackend;
-use kiln_ir::{HostData, LazyExpr, NodeRef, Result};
+use kiln_ir::{LazyExpr, NodeRef, Result, Value};
 use std::sync::{Arc, OnceLock};
 
 /// The default bound of the graph cache (plans).
@@ -68,8 +68,16 @@ macro_rules! with_engine {
     };
 }
 
-fn evaluate_on<B: Backend>(e: &Engine<B>, nodes: &[&NodeRef]) -> Result<Vec<HostData>> {
-    e.evaluate(nodes)
+fn evaluate_on<B: Backend>(e: &Engine<B>, nodes: &[&NodeRef]) -> Result<Vec<Value>> {
+    // Results stay where they were computed (a GPU keeps them; the CPU's are host data);
+    // an input resident elsewhere is moved, or refused under strict placement.
+    e.evaluate_with(
+        nodes,
+        RunOptions {
+            keep: true,
+            strict: crate::device::strict_placement(),
+        },
+    )
 }
 
 fn inspect_on<B: Backend>(e: &Engine<B>, nodes: &[&NodeRef]) -> Result<(Report, Arc<Compiled>)> {
@@ -97,14 +105,14 @@ pub(crate) fn eval_with(device: Device, arrays: &[&Array]) -> Result<()> {
     let pending: Vec<&NodeRef> = arrays
         .iter()
         .map(|a| &a.node)
-        .filter(|n| n.value().is_none())
+        .filter(|n| !n.is_evaluated())
         .collect();
     if pending.is_empty() {
         return Ok(());
     }
     let values = with_engine!(device, |e| evaluate_on(e, &pending))?;
     for (node, value) in pending.into_iter().zip(values) {
-        node.set_value(value);
+        node.set_evaluated(value);
     }
     Ok(())
 }

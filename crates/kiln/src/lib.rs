@@ -45,7 +45,10 @@ mod ops;
 mod reduce;
 
 pub use array::Array;
-pub use device::{default_device, eval_on, set_default_device, Device};
+pub use device::{
+    default_device, eval_on, set_default_device, set_strict_placement, strict_placement, Device,
+    DeviceMemory, Transfers,
+};
 pub use eval::{
     cache_stats, clear_cache, eval, inspect, lower, set_cache_capacity, Inspection,
     DEFAULT_CACHE_CAPACITY,

@@ -312,7 +312,9 @@ fn check(seed: u64, device: kiln::Device, dt: &Dtypes) -> Result<Outcome, String
         (Err(_), Err(_)) => Ok(Outcome::Checked),
         (Ok(w), Ok(())) => {
             for (k, (o, w)) in outs.iter().zip(&w).enumerate() {
-                let g = kiln::lower(&[o]).params[0].clone();
+                let g = kiln::lower(&[o]).params[0]
+                    .to_host()
+                    .map_err(|e| format!("download: {e}"))?;
                 let f32_inside = expr.graph.node_weights().any(|n| n.dtype == DType::F32);
                 same(&g, w, f32_inside).map_err(|e| {
                     format!(

@@ -81,7 +81,7 @@ impl Pb {
     pub fn param(&mut self, data: HostData, base: &[usize], ops: &[VOp]) -> Input {
         assert_eq!(data.len(), base.iter().product::<usize>());
         let dtype = data.dtype();
-        self.bindings.params.push(data);
+        self.bindings.params.push(data.into());
         let p = self.bindings.params.len() as u32 - 1;
         Input {
             source: Source::Param(p),
