@@ -575,29 +575,44 @@ fn workloads(quick: bool, only: Option<&[Workload]>) {
         let w = uniform(&[64, 64], 18);
         let b = uniform(&[64], 19);
         let x = uniform(&[64, 64], 20);
-        let per: Vec<f64> = (0..if quick { 3 } else { 7 })
-            .map(|_| {
-                let start = Instant::now();
-                let device = kiln::default_device();
-                for _ in 0..iters {
-                    (x.matmul(&w) + &b).eval().expect("W6");
-                    device.synchronize(); // a no-op on the CPU
-                }
-                start.elapsed().as_secs_f64() / iters as f64
-            })
-            .collect();
-        let med = median(per);
-        emit(&W6Timing {
-            workload: "W6",
-            size: "64x64x10000",
-            build: flavour(),
-            isa: kiln_cpu::isa().name(),
-            prefetch: prefetch(),
-            caches: caches(),
-            median_ms: round(med * 1e3, 6),
-            us_per_iter: round(med * 1e6, 3),
-            gflop_per_s: round(2.0 * 64f64.powi(3) / med / 1e9, 2),
-        });
+        let device = kiln::default_device();
+        // On a GPU, three ways: each call waited for (`W6`, as the CPU's calls are), calls
+        // queued back to back with one wait at the end (`W6_pipelined`: the host's own cost
+        // per call when the GPU keeps up), and the wait alone (`W6_sync`).
+        let modes: &[(&'static str, u8)] = if device == kiln::Device::Wgpu {
+            &[("W6", 0), ("W6_pipelined", 1), ("W6_sync", 2)]
+        } else {
+            &[("W6", 0)]
+        };
+        for &(name, mode) in modes {
+            let per: Vec<f64> = (0..if quick { 3 } else { 7 })
+                .map(|_| {
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        if mode != 2 {
+                            (x.matmul(&w) + &b).eval().expect("W6");
+                        }
+                        if mode != 1 {
+                            device.synchronize(); // a no-op on the CPU
+                        }
+                    }
+                    device.synchronize();
+                    start.elapsed().as_secs_f64() / iters as f64
+                })
+                .collect();
+            let med = median(per);
+            emit(&W6Timing {
+                workload: name,
+                size: "64x64x10000",
+                build: flavour(),
+                isa: kiln_cpu::isa().name(),
+                prefetch: prefetch(),
+                caches: caches(),
+                median_ms: round(med * 1e3, 6),
+                us_per_iter: round(med * 1e6, 3),
+                gflop_per_s: round(2.0 * 64f64.powi(3) / med / 1e9, 2),
+            });
+        }
     }
     if wanted(only, Workload::W7) {
         let batch = 256;

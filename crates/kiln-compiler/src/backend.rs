@@ -150,6 +150,9 @@ pub trait Backend: Send + Sync {
         let _ = value;
         None
     }
+    /// Called once at the end of every run (after its results are downloaded or kept, and
+    /// on error): a backend that records launches submits them here. Default: nothing.
+    fn finish(&self) {}
     /// Runs one kernel.
     fn launch(
         &self,
@@ -396,6 +399,7 @@ pub fn run_with<B: Backend>(
             backend.release(b);
         }
     }
+    backend.finish();
     out
 }
 

@@ -851,6 +851,17 @@ fn arg_passes(
     Ok(())
 }
 
+/// Rows (and columns) of the output each matmul thread computes: 4 (64×64 tiles) unless
+/// `KILN_WGPU_MATMUL_TILE=128` asks for 8 (128×128 tiles, for large products on large GPUs).
+/// Read once.
+fn matmul_micro_tile() -> usize {
+    static R: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *R.get_or_init(|| match std::env::var("KILN_WGPU_MATMUL_TILE").as_deref() {
+        Ok("128") => 8,
+        _ => 4,
+    })
+}
+
 /// Batched matmul with an optional fused epilogue.
 pub(crate) fn matmul(
     caps: &Capabilities,
@@ -881,8 +892,15 @@ pub(crate) fn matmul(
         ));
     }
     g.output(0, out_dtype);
-    let _ = writeln!(g.globals, "var<workgroup> kta: array<{t}, 1024>;");
-    let _ = writeln!(g.globals, "var<workgroup> ktb: array<{t}, 1024>;");
+    // Each workgroup computes a TILE×TILE block of the output with 16×16 threads, each
+    // thread an R×R micro-tile held in named registers (no dynamically indexed private
+    // arrays: GPU compilers put those in local memory); K advances in slices of 16 staged
+    // through workgroup memory.
+    let r_ = matmul_micro_tile();
+    let tile = 16 * r_;
+    let per = tile * 16 / 256; // elements of each staged slice a thread loads
+    let _ = writeln!(g.globals, "var<workgroup> kta: array<{t}, {}>;", tile * 16);
+    let _ = writeln!(g.globals, "var<workgroup> ktb: array<{t}, {}>;", tile * 16);
     let mut body = String::from(
         "@compute @workgroup_size(16, 16)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
@@ -945,19 +963,19 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     let (a, b) = (assign(0, "va", a), assign(1, "vb", b));
     let _ = writeln!(body, "    let abase = {aoff};");
     let _ = writeln!(body, "    let bbase = {boff};");
-    let _ = writeln!(body, "    let row0 = wg.y * 64u;");
-    let _ = writeln!(body, "    let col0 = wg.x * 64u;");
+    let _ = writeln!(body, "    let row0 = wg.y * {tile}u;");
+    let _ = writeln!(body, "    let col0 = wg.x * {tile}u;");
     let _ = writeln!(body, "    let tid = lid.y * 16u + lid.x;");
-    let _ = writeln!(body, "    var acc: array<{t}, 16>;");
-    let _ = writeln!(
-        body,
-        "    for (var q = 0u; q < 16u; q = q + 1u) {{ acc[q] = {t}(0); }}"
-    );
+    for p in 0..r_ {
+        for q in 0..r_ {
+            let _ = writeln!(body, "    var c{p}_{q} = {t}(0);");
+        }
+    }
     let _ = writeln!(body, "    for (var k0 = 0u; k0 < {kk}; k0 = k0 + 16u) {{");
-    // Load A[row0..+64, k0..+16] (1024 elements, 4 per thread) and B[k0..+16, col0..+64].
+    // Stage A[row0..+TILE, k0..+16] and B[k0..+16, col0..+TILE], `per` elements per thread.
     let _ = writeln!(
         body,
-        "        for (var q = 0u; q < 4u; q = q + 1u) {{
+        "        for (var q = 0u; q < {per}u; q = q + 1u) {{
             let e = tid + q * 256u;
             let ar = e / 16u;
             let ac = e % 16u;
@@ -966,38 +984,41 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
             var va = {t}(0);
             if (gr < {mm} && gc < {kk}) {a}
             kta[ar * 16u + ac] = va;
-            let br = e / 64u;
-            let bcn = e % 64u;
+            let br = e / {tile}u;
+            let bcn = e % {tile}u;
             let hr = k0 + br;
             let hc = col0 + bcn;
             var vb = {t}(0);
             if (hr < {kk} && hc < {nn}) {b}
-            ktb[br * 64u + bcn] = vb;
+            ktb[br * {tile}u + bcn] = vb;
         }}
         workgroupBarrier();
-        for (var kq = 0u; kq < 16u; kq = kq + 1u) {{
-            var ar: array<{t}, 4>;
-            var br: array<{t}, 4>;
-            for (var q = 0u; q < 4u; q = q + 1u) {{
-                ar[q] = kta[(lid.y * 4u + q) * 16u + kq];
-                br[q] = ktb[kq * 64u + lid.x * 4u + q];
-            }}
-            for (var p = 0u; p < 4u; p = p + 1u) {{
-                for (var q = 0u; q < 4u; q = q + 1u) {{
-                    acc[p * 4u + q] = acc[p * 4u + q] + ar[p] * br[q];
-                }}
-            }}
-        }}
-        workgroupBarrier();
-    }}",
+        for (var kq = 0u; kq < 16u; kq = kq + 1u) {{"
     );
-    let _ = writeln!(body, "    for (var p = 0u; p < 4u; p = p + 1u) {{");
-    let _ = writeln!(body, "    for (var q = 0u; q < 4u; q = q + 1u) {{");
-    let _ = writeln!(body, "    let row = row0 + lid.y * 4u + p;");
-    let _ = writeln!(body, "    let col = col0 + lid.x * 4u + q;");
-    let _ = writeln!(body, "    if (row < {mm} && col < {nn}) {{");
-    let _ = writeln!(body, "    let accv = acc[p * 4u + q];");
-    let _ = writeln!(body, "    let oi = (wg.z * {mm} + row) * {nn} + col;");
+    // Rows lid.y + 16p and columns lid.x + 16q: neighbouring threads read neighbouring
+    // elements of workgroup memory.
+    for p in 0..r_ {
+        let _ = writeln!(
+            body,
+            "            let fa{p} = kta[(lid.y + {}u) * 16u + kq];",
+            16 * p
+        );
+    }
+    for q in 0..r_ {
+        let _ = writeln!(
+            body,
+            "            let fb{q} = ktb[kq * {tile}u + lid.x + {}u];",
+            16 * q
+        );
+    }
+    for p in 0..r_ {
+        for q in 0..r_ {
+            let _ = writeln!(body, "            c{p}_{q} = c{p}_{q} + fa{p} * fb{q};");
+        }
+    }
+    body.push_str("        }\n        workgroupBarrier();\n    }\n");
+    // The epilogue once, pasted into each micro-tile element's store.
+    let mut epi = String::new();
     let value = match epilogue {
         None => "accv".to_string(),
         Some(p) => {
@@ -1009,7 +1030,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
             };
             let res = emit_program(
                 &mut g,
-                &mut body,
+                &mut epi,
                 p,
                 launch.scalars,
                 Some("accv"),
@@ -1019,9 +1040,31 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
             res[0].clone()
         }
     };
-    let _ = writeln!(body, "    o0[oi] = {};", to_storage(out_dtype, &value));
-    body.push_str("    }\n    }\n    }\n}\n");
-    let grid = [n.div_ceil(64) as u32, m.div_ceil(64) as u32, batch as u32];
+    for p in 0..r_ {
+        for q in 0..r_ {
+            let _ = writeln!(
+                body,
+                "    {{
+    let row = row0 + lid.y + {}u;
+    let col = col0 + lid.x + {}u;
+    if (row < {mm} && col < {nn}) {{
+    let accv = c{p}_{q};
+    let oi = (wg.z * {mm} + row) * {nn} + col;
+{epi}    o0[oi] = {};
+    }}
+    }}",
+                16 * p,
+                16 * q,
+                to_storage(out_dtype, &value)
+            );
+        }
+    }
+    body.push_str("}\n");
+    let grid = [
+        n.div_ceil(tile) as u32,
+        m.div_ceil(tile) as u32,
+        batch as u32,
+    ];
     if grid[0] > caps.max_groups_per_dim || grid[1] > caps.max_groups_per_dim {
         return Err(crate::too_large(
             "matmul",

@@ -60,7 +60,6 @@ use kiln_compiler::{Arg, Backend, Kernel, KernelKind, Launch};
 use kiln_ir::{DType, Error, HostData, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use wgpu::util::DeviceExt;
 
 /// The `tracing` target of this crate's diagnostics.
 const TARGET: &str = "kiln::wgpu";
@@ -123,10 +122,24 @@ pub struct WgpuBackend {
 pub(crate) struct Core {
     gpu: device::Gpu,
     pool: Pool,
+    /// Work recorded but not yet submitted, and the buffers released meanwhile (they go
+    /// back to the pool once that work is submitted: a later `write_buffer` into a reused
+    /// buffer would otherwise land before the recorded work that reads it).
+    pending: Mutex<Pending>,
+    /// Whether launches are recorded into one submission per evaluation
+    /// (`KILN_WGPU_BATCH=0` submits each launch by itself).
+    batch: bool,
     uploaded: AtomicU64,
     uploads: AtomicU64,
     downloaded: AtomicU64,
     downloads: AtomicU64,
+}
+
+/// Recorded, unsubmitted work (see [`Core::pending`]).
+#[derive(Default)]
+pub(crate) struct Pending {
+    enc: Option<wgpu::CommandEncoder>,
+    release: Vec<wgpu::Buffer>,
 }
 
 /// Host↔device transfer counters of a [`WgpuBackend`] (bytes as the device stores them:
@@ -167,6 +180,8 @@ impl WgpuBackend {
             core: Arc::new(Core {
                 gpu: device::open()?,
                 pool: Pool::new(DEFAULT_POOL_BYTES),
+                pending: Mutex::new(Pending::default()),
+                batch: std::env::var("KILN_WGPU_BATCH").map_or(true, |v| v != "0"),
                 uploaded: AtomicU64::new(0),
                 uploads: AtomicU64::new(0),
                 downloaded: AtomicU64::new(0),
@@ -351,8 +366,11 @@ impl WgpuBackend {
         pre: &[(&wgpu::Buffer, &wgpu::Buffer, u64)],
     ) {
         let device = &self.core.gpu.device;
-        let mut enc = device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
-            label: Some("kiln launch"),
+        let mut pending = self.core.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let enc = pending.enc.get_or_insert_with(|| {
+            device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("kiln launches"),
+            })
         });
         for (src, dst, bytes) in pre {
             enc.copy_buffer_to_buffer(src, 0, dst, 0, *bytes);
@@ -390,7 +408,10 @@ impl WgpuBackend {
             pass.set_bind_group(0, &bg, &[]);
             pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
         }
-        self.core.gpu.queue.submit([enc.finish()]);
+        drop(pending);
+        if !self.core.batch {
+            self.core.flush();
+        }
     }
 }
 
@@ -413,7 +434,12 @@ impl Backend for WgpuBackend {
     }
 
     fn release(&self, buffer: GpuBuffer) {
-        self.core.pool.put(buffer.buf);
+        self.core.recycle(buffer.buf);
+    }
+
+    /// Submits the evaluation's recorded launches.
+    fn finish(&self) {
+        self.core.flush();
     }
 
     fn upload(&self, data: &HostData) -> Result<GpuBuffer> {
@@ -529,7 +555,7 @@ impl Backend for WgpuBackend {
             caps,
         );
         for (_, c) in copies {
-            self.core.pool.put(c.buf);
+            self.core.recycle(c.buf);
         }
         result
     }
@@ -571,7 +597,7 @@ impl WgpuBackend {
         match self.launch(&copy, &l, &[Arg::Virtual], std::slice::from_mut(&mut buf)) {
             Ok(()) => Ok(buf),
             Err(e) => {
-                self.core.pool.put(buf.buf);
+                self.core.recycle(buf.buf);
                 Err(e)
             }
         }
@@ -665,11 +691,7 @@ impl WgpuBackend {
                 if bytes.is_empty() {
                     bytes.extend_from_slice(&[0; 4]);
                 }
-                device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                    label: Some("kiln meta"),
-                    contents: &bytes,
-                    usage: wgpu::BufferUsages::STORAGE,
-                })
+                self.core.table(&bytes)
             })
             .collect();
         let f64s: Vec<Option<wgpu::Buffer>> = work
@@ -678,11 +700,7 @@ impl WgpuBackend {
             .map(|d| {
                 (!d.f64s.is_empty()).then(|| {
                     let bytes: Vec<u8> = d.f64s.iter().flat_map(|v| v.to_le_bytes()).collect();
-                    device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                        label: Some("kiln f64 scalars"),
-                        contents: &bytes,
-                        usage: wgpu::BufferUsages::STORAGE,
-                    })
+                    self.core.table(&bytes)
                 })
             })
             .collect();
@@ -743,8 +761,11 @@ impl WgpuBackend {
         }
         self.submit(&bound, &pre);
         drop(bound);
+        for t in metas.into_iter().chain(f64s.into_iter().flatten()) {
+            self.core.recycle(t);
+        }
         for e in extras {
-            self.core.pool.put(e.buf);
+            self.core.recycle(e.buf);
         }
         // Error lineage: every output depends on the inputs' checks and this launch's.
         let mut checks: Vec<Arc<Check>> = Vec::new();
@@ -781,9 +802,45 @@ impl WgpuBackend {
 }
 
 impl Core {
+    /// Submits the recorded work, then returns the buffers released meanwhile to the pool.
+    /// The submission happens under the lock: once another thread sees no recorded work, the
+    /// work it would have waited for is on the queue (a readback submitted next runs after it).
+    fn flush(&self) {
+        let release = {
+            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(enc) = p.enc.take() {
+                self.gpu.queue.submit([enc.finish()]);
+            }
+            std::mem::take(&mut p.release)
+        };
+        for b in release {
+            self.pool.put(b);
+        }
+    }
+
+    /// Hands a buffer back: to the pool now, or once the recorded work is submitted.
+    fn recycle(&self, buf: wgpu::Buffer) {
+        {
+            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            if p.enc.is_some() {
+                p.release.push(buf);
+                return;
+            }
+        }
+        self.pool.put(buf);
+    }
+
+    /// A storage buffer holding `bytes` (a launch's word or `f64` table), from the pool.
+    fn table(&self, bytes: &[u8]) -> wgpu::Buffer {
+        let b = self.pool.take(&self.gpu.device, bytes.len() as u64);
+        self.gpu.queue.write_buffer(&b, 0, bytes);
+        b
+    }
+
     /// The first `len` elements of `buffer` (waits for the device; reports the value errors
     /// its lineage raised).
     fn read_back(&self, buffer: &GpuBuffer, dtype: DType, len: usize) -> Result<HostData> {
+        self.flush();
         if buffer.dtype != dtype || buffer.len < len {
             return Err(internal(format!(
                 "download of {len} {dtype} elements from a buffer of {} {}",
@@ -893,7 +950,7 @@ impl std::fmt::Debug for Resident {
 impl Drop for Resident {
     fn drop(&mut self) {
         if let Some(b) = self.buffer.take() {
-            self.core.pool.put(b.buf);
+            self.core.recycle(b.buf);
         }
     }
 }

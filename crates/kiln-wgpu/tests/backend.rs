@@ -221,6 +221,7 @@ fn matmul_tiles_edges_batches_views_and_epilogues_match_the_reference() {
         (vec![1, 1], vec![1, 1]),
         (vec![3, 5], vec![5, 7]),
         (vec![65, 129], vec![129, 33]),
+        (vec![130, 40], vec![40, 260]),
         (vec![2, 3, 17, 19], vec![2, 3, 19, 5]),
         (vec![4, 0], vec![0, 3]),
     ] {
