@@ -52,6 +52,17 @@ pub(crate) struct Gru {
 }
 
 impl Gru {
+    /// The same cell with its weights on `device` (see `kiln::Array::to_device`).
+    pub(crate) fn placed(&self, device: kiln::Device) -> kiln::Result<Gru> {
+        Ok(Gru {
+            w_ih_t: self.w_ih_t.to_device(device)?,
+            w_hh_t: self.w_hh_t.to_device(device)?,
+            b_ih: self.b_ih.to_device(device)?,
+            b_hh: self.b_hh.to_device(device)?,
+            hidden: self.hidden,
+        })
+    }
+
     /// The input gates of every embedding row, `emb @ W_ihᵀ + b_ih` (`[vocab, 3H]`), lazy.
     /// The input projection depends only on the token, so a model whose vocabulary is small
     /// next to the tokens it runs (g2p: 29 letters, 74 phonemes) computes it once at load and
@@ -257,13 +268,18 @@ impl G2p {
         let enc_gates = enc.input_gates_table(&enc_emb)?;
         let dec_gates = dec.input_gates_table(&dec_emb)?;
         kiln::eval(&[&fc_w_t, &enc_gates, &dec_gates])?;
+        // Everything a step reads lives where steps run: on a GPU (`KILN_DEVICE=wgpu`) the
+        // evaluated tables above are resident already, and the biases read from the file are
+        // uploaded once here instead of at every step.
+        let device = kiln::default_device();
+        let (enc, dec) = (enc.placed(device)?, dec.placed(device)?);
         Ok(G2p {
-            enc_gates,
-            dec_gates,
+            enc_gates: enc_gates.to_device(device)?,
+            dec_gates: dec_gates.to_device(device)?,
             enc,
             dec,
-            fc_w_t,
-            fc_b,
+            fc_w_t: fc_w_t.to_device(device)?,
+            fc_b: fc_b.to_device(device)?,
             encoded: None,
         })
     }

@@ -222,6 +222,8 @@ fn matmul_tiles_edges_batches_views_and_epilogues_match_the_reference() {
         (vec![3, 5], vec![5, 7]),
         (vec![65, 129], vec![129, 33]),
         (vec![130, 40], vec![40, 260]),
+        // 256 products: the 128×128-tile kernel (all edge).
+        (vec![256, 3, 5], vec![256, 5, 7]),
         (vec![2, 3, 17, 19], vec![2, 3, 19, 5]),
         (vec![4, 0], vec![0, 3]),
     ] {
