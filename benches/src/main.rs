@@ -74,6 +74,9 @@ enum Workload {
     /// One training step of a 784-512-10 MLP at batch 256.
     #[value(name = "W7")]
     W7,
+    /// The gradient of an embedding lookup: 2,048 rows of a 30,000×256 table (a scatter-add).
+    #[value(name = "embed_grad")]
+    EmbedGrad,
 }
 
 /// One JSON line: a record and the device `kiln::eval` ran on.
@@ -613,6 +616,29 @@ fn workloads(quick: bool, only: Option<&[Workload]>) {
                 gflop_per_s: round(2.0 * 64f64.powi(3) / med / 1e9, 2),
             });
         }
+    }
+    if wanted(only, Workload::EmbedGrad) {
+        let (vocab, dim, n) = (30_000usize, 256usize, 2048usize);
+        let emb = uniform(&[vocab, dim], 31);
+        let ids: Vec<i32> = (0..n as i32).map(|i| i * 7919 % vocab as i32).collect();
+        let idx = Array::from_vec(ids, &[n])
+            .expect("shape")
+            .to_device(kiln::default_device())
+            .expect("placed");
+        let upstream = uniform(&[n, dim], 32);
+        let bytes = 4.0 * (vocab * dim + n * dim) as f64;
+        report(
+            "embed_grad",
+            "30000x256 <- 2048",
+            reps_for(bytes, quick),
+            bytes,
+            0.0,
+            || {
+                let loss = (emb.take(&idx, 0) * &upstream).sum(None, false);
+                let g = kiln::grad(&loss, &[&emb]).expect("grad");
+                g[0].eval().expect("embed_grad");
+            },
+        );
     }
     if wanted(only, Workload::W7) {
         let batch = 256;

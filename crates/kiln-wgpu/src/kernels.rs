@@ -2,11 +2,13 @@
 //! `Dispatch`es: WGSL text (structure only), the `kmeta` words and `f64` scalars of this
 //! launch, the bindings, and the workgroup count.
 //!
-//! Index spaces map to threads as follows: elementwise, take, scatter-add and concat run one
-//! thread per output element; reductions one workgroup (256 threads, shared-memory tree) per
-//! output and chunk of 4,096 reduced elements, with further passes over the partials; arg
+//! Index spaces map to threads as follows: elementwise, take and concat run one thread per
+//! output element; scatter-add one workgroup per output row (threads over the row, the
+//! indices listed once per row); reductions one workgroup (256 threads, shared-memory tree)
+//! per output and chunk of 4,096 reduced elements, with further passes over the partials; arg
 //! reductions one workgroup per output; top-k one thread per row; matmul 16×16 threads per
-//! 64×64 output tile (4×4 per thread) with 64×16 / 16×64 operand tiles in workgroup memory.
+//! 64×64 output tile (4×4 per thread in registers; 128×128 and 8×8 for large products) with
+//! TILE×16 / 16×TILE operand tiles in workgroup memory.
 //!
 //! Depends on [`crate::codegen`], `kiln-compiler`'s plan types.
 
@@ -1174,8 +1176,13 @@ pub(crate) fn take(
     Ok(w)
 }
 
-/// Scatter-add along `axis`: one thread per output element, summing the updates whose index
-/// matches in index order (deterministic; no atomics).
+/// Scatter-add along `axis`: one workgroup per output row (the coordinates up to and
+/// including `axis`), its threads over the positions after `axis` (an embedding row's
+/// columns). The workgroup reads the indices once per 256-wide slice, in order, and lists the
+/// positions that hit its row; each thread then adds just those updates, in ascending
+/// position order (the order the reference sums in), so the result is deterministic and the
+/// work is one index read per row and slice, not one per output element. An index out of
+/// range raises status code 5.
 pub(crate) fn scatter_add(
     caps: &Capabilities,
     kernel: &Kernel,
@@ -1184,24 +1191,38 @@ pub(crate) fn scatter_add(
     out_dtype: DType,
 ) -> Result<Work> {
     let mut g = Gen::new(caps, "scatter_add");
-    let n = launch.space.numel();
+    let space = launch.space.dims();
     let (uv, iv) = (&launch.views[0], &launch.views[1]);
-    let ri = iv.shape.rank();
-    let size = launch.space.dims()[axis];
+    let size = space[axis];
+    let rows: usize = space[..=axis].iter().product();
+    let inner: usize = space[axis + 1..].iter().product();
     let p_len = iv.shape.numel();
-    let mut body = String::from(MAIN_1D);
-    body.push_str("    let i = (wg.y * nwg.x + wg.x) * 256u + li;\n");
-    let nn = g.size(n)?;
-    let _ = writeln!(body, "    if (i >= {nn}) {{ return; }}");
-    let c = space_coords(&mut g, &mut body, kernel, launch.space.dims(), "i", "c")?;
     let t = vty(out_dtype);
     g.check(out_dtype)?;
+    let _ = writeln!(g.globals, "var<workgroup> kflag: array<u32, 256>;");
+    let _ = writeln!(g.globals, "var<workgroup> kmatch: array<u32, 256>;");
+    let _ = writeln!(g.globals, "var<workgroup> kcnt: u32;");
+    let mut body = String::from(MAIN_1D);
+    body.push_str(
+        "    let row = wg.y * nwg.x + wg.x;
+",
+    );
+    let (nrows, ninner, pl, sz) = (g.size(rows)?, g.size(inner)?, g.size(p_len)?, g.size(size)?);
+    // `row` is the same for the whole workgroup: the early return keeps barriers uniform.
+    let _ = writeln!(body, "    if (row >= {nrows}) {{ return; }}");
+    let _ = writeln!(body, "    let jrow = row % {sz};");
+    let _ = writeln!(
+        body,
+        "    for (var q0 = 0u; q0 < {ninner}; q0 = q0 + 256u) {{"
+    );
+    let _ = writeln!(body, "    let q = q0 + li;");
     let _ = writeln!(body, "    var acc = {t}(0);");
-    let pl = g.size(p_len)?;
-    let _ = writeln!(body, "    for (var p = 0u; p < {pl}; p = p + 1u) {{");
+    let _ = writeln!(body, "    for (var p0 = 0u; p0 < {pl}; p0 = p0 + 256u) {{");
+    let _ = writeln!(body, "    let p = p0 + li;");
+    let _ = writeln!(body, "    var hit = 0u;");
+    let _ = writeln!(body, "    if (p < {pl}) {{");
     let isym: Vec<Dim> = kernel.inputs[1].view.shape().to_vec();
     let pc = g.coords(&mut body, "p", &isym, iv.shape.dims(), "cp")?;
-    let sz = g.size(size)?;
     index_value(
         &mut g,
         &mut body,
@@ -1212,22 +1233,62 @@ pub(crate) fn scatter_add(
         5,
         "j",
     )?;
+    body.push_str(
+        "    if (j == jrow) { hit = 1u; }
+    }
+",
+    );
+    // An inclusive prefix sum of the hits (Hillis–Steele, 8 steps) gives each hit its place
+    // in the list, in position order.
+    body.push_str(
+        "    kflag[li] = hit;
+    workgroupBarrier();
+    for (var o = 1u; o < 256u; o = o * 2u) {
+        var v = 0u;
+        if (li >= o) { v = kflag[li - o]; }
+        workgroupBarrier();
+        kflag[li] = kflag[li] + v;
+        workgroupBarrier();
+    }
+    if (hit == 1u) { kmatch[kflag[li] - 1u] = p; }
+    if (li == 255u) { kcnt = kflag[255]; }
+    workgroupBarrier();
+    let cnt = kcnt;
+",
+    );
+    let _ = writeln!(body, "    if (q < {ninner}) {{");
+    let _ = writeln!(body, "    let i = row * {ninner} + q;");
+    let c = space_coords(&mut g, &mut body, kernel, space, "i", "c")?;
+    body.push_str(
+        "    for (var m = 0u; m < cnt; m = m + 1u) {
+    let pm = kmatch[m];
+",
+    );
+    let qc = g.coords(&mut body, "pm", &isym, iv.shape.dims(), "cq")?;
     let mut uc: Vec<String> = c[..axis].to_vec();
-    uc.extend_from_slice(&pc);
+    uc.extend_from_slice(&qc);
     uc.extend_from_slice(&c[axis + 1..]);
     g.input(0, out_dtype);
     let off = g.offset(uv, &uc)?;
+    let _ = writeln!(body, "    acc = acc + a0[{off}];");
+    body.push_str(
+        "    }
+    }
+    workgroupBarrier();
+    }
+",
+    );
+    g.output(0, out_dtype);
     let _ = writeln!(
         body,
-        "    if (j == {}) {{ acc = acc + a0[{off}]; }}",
-        c[axis]
+        "    if (q < {ninner}) {{ o0[row * {ninner} + q] = acc; }}"
     );
-    body.push_str("    }\n");
-    g.output(0, out_dtype);
-    let _ = writeln!(body, "    o0[i] = acc;");
-    body.push_str("}\n");
-    let _ = ri;
-    let mut w = Work::one(finish(g, &body, n.div_ceil(WG as usize) as u64, None));
+    body.push_str(
+        "    }
+}
+",
+    );
+    let mut w = Work::one(finish(g, &body, rows as u64, None));
     w.index_check = (axis, size);
     Ok(w)
 }

@@ -399,3 +399,53 @@ fn argmax_and_argmin_over_long_and_short_rows_match_a_plain_loop() {
         }
     }
 }
+
+#[test]
+fn scatter_add_rows_match_the_reference_and_report_bad_indices() {
+    let Some(e) = engine() else { return };
+    // Host data (not a random node: that would test each adapter's `log`/`cos` too).
+    let normal = |shape: &[usize], seed: u64| {
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n)
+            .map(|i| ((i as u64 * 2654435761 + seed * 97) % 1000) as f32 / 250.0 - 2.0)
+            .collect();
+        build::data(HostData::from(v), Shape::from(shape.to_vec())).unwrap()
+    };
+    // i32 indices: every adapter has them (GL has no i64).
+    let ids = |v: Vec<i32>, shape: &[usize]| {
+        build::data(HostData::from(v), Shape::from(shape.to_vec())).unwrap()
+    };
+    // (output shape, axis, indices and their shape): an embedding gradient with repeats and
+    // negative indices; more than 256 positions (several index slices) and a row wider than
+    // 256 (several column blocks); a 2-D index array into a middle axis; an empty index list.
+    type Case = (Vec<usize>, isize, Vec<i32>, Vec<usize>);
+    let cases: Vec<Case> = vec![
+        (vec![7, 5], 0, vec![0, 3, 3, -1, 6, 0, 2], vec![7]),
+        (
+            vec![50, 300],
+            0,
+            (0..600).map(|i| i * 7919 % 50).collect(),
+            vec![600],
+        ),
+        (vec![3, 4, 6], 1, vec![1, 3, 1, 0, -4, 2], vec![2, 3]),
+        (vec![4, 3], 0, vec![], vec![0]),
+    ];
+    for (k, (shape, axis, idx, ishape)) in cases.into_iter().enumerate() {
+        let ax = if axis < 0 {
+            shape.len() as isize + axis
+        } else {
+            axis
+        } as usize;
+        let mut ushape: Vec<usize> = shape[..ax].to_vec();
+        ushape.extend_from_slice(&ishape);
+        ushape.extend_from_slice(&shape[ax + 1..]);
+        let upd = normal(&ushape, 10 + k as u64);
+        let y = build::scatter_add(&upd, &ids(idx, &ishape), axis, Shape::from(shape)).unwrap();
+        let got = e.evaluate(&[&y]).unwrap();
+        assert_close(&got[0], &reference(&[&y]).unwrap()[0], 1e-5);
+    }
+    let upd = normal(&[3, 2], 1);
+    let y = build::scatter_add(&upd, &ids(vec![0, 9, 1], &[3]), 0, Shape::from([4, 2])).unwrap();
+    let err = e.evaluate(&[&y]).unwrap_err().to_string();
+    assert!(err.contains("scatter_add") && err.contains('9'), "{err}");
+}
