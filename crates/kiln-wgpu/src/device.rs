@@ -36,8 +36,10 @@ pub struct Capabilities {
     pub i64: bool,
     /// Storage buffers one kernel may bind.
     pub max_bindings: u32,
-    /// Largest storage binding, bytes.
+    /// Largest storage binding, bytes (a larger array is bound a window at a time).
     pub max_binding_bytes: u64,
+    /// Alignment of a storage binding's offset, bytes.
+    pub binding_alignment: u64,
     /// Largest buffer, bytes.
     pub max_buffer_bytes: u64,
     /// Workgroups per dispatch dimension.
@@ -82,6 +84,7 @@ pub(crate) fn open() -> Result<Gpu, InitError> {
         i64: features.contains(wgpu::Features::SHADER_INT64),
         max_bindings: limits.max_storage_buffers_per_shader_stage,
         max_binding_bytes: limits.max_storage_buffer_binding_size as u64,
+        binding_alignment: limits.min_storage_buffer_offset_alignment.max(4) as u64,
         max_buffer_bytes: limits.max_buffer_size,
         max_groups_per_dim: limits.max_compute_workgroups_per_dimension,
     };

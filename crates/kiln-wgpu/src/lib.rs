@@ -17,9 +17,16 @@
 //!   kernels (an index out of range, integer division by zero) are written to per-launch
 //!   status words that each result buffer carries forward and that `download` reads, so the
 //!   same `kiln_ir::Error` as on the CPU surfaces without a synchronisation per kernel.
-//! * **Limits**: more than 65,535 workgroups fold into a 2-D grid; a kernel binding more
-//!   storage buffers than the adapter allows, a buffer over its binding size, or `f64`/`i64`
-//!   without `SHADER_F64`/`SHADER_INT64` is a clear error naming the op and the limit.
+//! * **Limits**: more than 65,535 workgroups fold into a 2-D grid. A kernel touching a buffer
+//!   larger than the adapter's largest storage binding runs as several launches over blocks
+//!   of its leading dimension, each binding the windows it reads and writes (elementwise,
+//!   reductions that keep that dimension, unbatched matmuls). A kernel binding more storage
+//!   buffers than the adapter allows, a big buffer in a kernel that cannot be cut so, a
+//!   buffer over the adapter's largest buffer, or `f64`/`i64` without
+//!   `SHADER_F64`/`SHADER_INT64` is a clear error naming the op and the limit.
+//! * **Resident values** ([`Resident`]): results kept on the device between evaluations,
+//!   read in place by later launches, downloaded on demand; [`TransferStats`] counts the
+//!   bytes each way. Launches of one evaluation are recorded into one submission.
 //!
 //! Semantics are the oracle's (`kiln-reference`) with the per-op tolerances documented in
 //! [`wgsl_math`].
@@ -342,12 +349,13 @@ impl WgpuBackend {
     fn new_buffer(&self, dtype: DType, len: usize) -> Result<GpuBuffer> {
         let bytes = elem_bytes(dtype) * len as u64;
         let caps = &self.core.gpu.caps;
-        if bytes > caps.max_binding_bytes.min(caps.max_buffer_bytes) {
+        // The pool rounds up to a size class: the class must fit too.
+        if buffer::size_class(bytes) > caps.max_buffer_bytes {
             return Err(too_large(
                 "wgpu allocate",
                 format!(
-                    "a buffer of {len} {dtype} elements ({bytes} bytes) exceeds the adapter's largest storage binding ({} bytes)",
-                    caps.max_binding_bytes.min(caps.max_buffer_bytes)
+                    "a buffer of {len} {dtype} elements ({bytes} bytes) exceeds the adapter's largest buffer ({} bytes)",
+                    caps.max_buffer_bytes
                 ),
             ));
         }
@@ -509,6 +517,25 @@ impl Backend for WgpuBackend {
         inputs: &[Arg<'_, GpuBuffer>],
         outputs: &mut [GpuBuffer],
     ) -> Result<()> {
+        let limit = self.core.gpu.caps.max_binding_bytes;
+        let big = |b: &GpuBuffer| elem_bytes(b.dtype) * b.len as u64 > limit;
+        if outputs.iter().any(big) || inputs.iter().any(|a| matches!(a, Arg::Buffer(b) if big(b))) {
+            return self.launch_pieces(kernel, launch, inputs, outputs);
+        }
+        self.launch_one(kernel, launch, inputs, outputs, &Windows::default())
+    }
+}
+
+impl WgpuBackend {
+    /// One launch of `kernel`, binding the windows `windows` names (whole buffers otherwise).
+    fn launch_one(
+        &self,
+        kernel: &Kernel,
+        launch: &Launch<'_>,
+        inputs: &[Arg<'_, GpuBuffer>],
+        outputs: &mut [GpuBuffer],
+        windows: &Windows,
+    ) -> Result<()> {
         let caps = &self.core.gpu.caps;
         let elementwise = matches!(kernel.kind, KernelKind::Elementwise { .. });
         let computes_virtual = matches!(
@@ -553,6 +580,7 @@ impl Backend for WgpuBackend {
             &out_dtypes,
             &copies,
             caps,
+            windows,
         );
         for (_, c) in copies {
             self.core.recycle(c.buf);
@@ -561,7 +589,218 @@ impl Backend for WgpuBackend {
     }
 }
 
+/// The byte ranges a launch binds instead of whole buffers (see [`WgpuBackend::launch_pieces`]):
+/// `(offset, size)` per input and per output, `None` for the whole buffer.
+#[derive(Default)]
+struct Windows {
+    inputs: Vec<Option<(u64, u64)>>,
+    outputs: Vec<Option<(u64, u64)>>,
+}
+
+/// A storage binding of `buf`: the window, or the whole buffer up to the binding limit (a
+/// pooled buffer may be larger than the value it holds).
+fn binding(
+    buf: &wgpu::Buffer,
+    window: Option<(u64, u64)>,
+    limit: u64,
+) -> wgpu::BindingResource<'_> {
+    let (offset, size) = window.unwrap_or((0, buf.size().min(limit / 4 * 4)));
+    wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+        buffer: buf,
+        offset,
+        size: std::num::NonZeroU64::new(size.max(4)),
+    })
+}
+
 impl WgpuBackend {
+    /// Runs a kernel that touches a buffer larger than the adapter's largest storage
+    /// binding as several launches, each over a block of consecutive positions of the
+    /// kernel's first dimension longer than 1 (its leading dimensions before it are 1): every
+    /// buffer is bound as the window that block reads or writes, and the views are shifted
+    /// to the block and re-based to their windows. Kernels that can be cut so: elementwise,
+    /// reductions and arg-reductions that keep that dimension, and unbatched matmuls (cut by
+    /// rows of the output; the right operand must fit one binding). Anything else, or a block
+    /// of one position that still does not fit (a broadcast operand over the limit, a
+    /// transposed one), is an error naming the limit.
+    fn launch_pieces(
+        &self,
+        kernel: &Kernel,
+        launch: &Launch<'_>,
+        inputs: &[Arg<'_, GpuBuffer>],
+        outputs: &mut [GpuBuffer],
+    ) -> Result<()> {
+        let caps = &self.core.gpu.caps;
+        let (limit, align) = (caps.max_binding_bytes, caps.binding_alignment);
+        let space = launch.space.dims();
+        let r = space.len();
+        let refuse = |why: &str| {
+            too_large(
+                "wgpu kernel",
+                format!(
+                    "{why}; a buffer exceeds the adapter's largest storage binding ({limit} bytes)"
+                ),
+            )
+        };
+        let first_long = space.iter().position(|&d| d > 1);
+        let split = match &kernel.kind {
+            KernelKind::Elementwise { .. } => first_long,
+            KernelKind::Reduce { axes, .. } => first_long.filter(|k| !axes.contains(k)),
+            KernelKind::ArgReduce { axis, .. } => first_long.filter(|k| k != axis),
+            KernelKind::MatMul { .. } if r >= 2 && first_long == Some(r - 2) => Some(r - 2),
+            _ => None,
+        };
+        let Some(k) = split else {
+            let kind = match &kernel.kind {
+                KernelKind::Elementwise { .. } => "elementwise",
+                KernelKind::Reduce { .. } => "reduction",
+                KernelKind::ArgReduce { .. } => "arg-reduction",
+                KernelKind::MatMul { .. } => "batched matmul",
+                KernelKind::Take { .. } => "take",
+                KernelKind::ScatterAdd { .. } => "scatter-add",
+                KernelKind::TopK { .. } => "top-k",
+                KernelKind::Concat { .. } => "concat",
+            };
+            return Err(refuse(&format!(
+                "a {kind} kernel over {space:?} cannot be cut into blocks of rows"
+            )));
+        };
+        let ext = space[k];
+        let matmul = matches!(kernel.kind, KernelKind::MatMul { .. });
+        // The dimension of input x's view that follows the cut dimension, if any.
+        let vdim = |x: usize| -> Option<usize> {
+            let rank = launch.views[x].shape.rank();
+            match (matmul, x) {
+                (true, 0) => Some(rank - 2),
+                (true, 1) => None,
+                _ => (rank == r).then_some(k),
+            }
+        };
+        for (x, a) in inputs.iter().enumerate() {
+            if vdim(x).is_none()
+                && matches!(a, Arg::Buffer(b) if elem_bytes(b.dtype) * b.len as u64 > limit)
+            {
+                return Err(refuse(&format!("input {x} is read whole by every block")));
+            }
+        }
+        // Each view's address range over a block of `rows` positions of its cut dimension.
+        let span = |x: usize, rows: usize| -> (isize, isize) {
+            let v = &launch.views[x];
+            let (mut lo, mut hi) = (v.offset, v.offset);
+            for (d, (&n, &st)) in v.shape.dims().iter().zip(&v.strides).enumerate() {
+                let n = if Some(d) == vdim(x) { rows } else { n };
+                let reach = (n.max(1) as isize - 1) * st;
+                if reach < 0 {
+                    lo += reach;
+                } else {
+                    hi += reach;
+                }
+            }
+            (lo, hi)
+        };
+        let out_inner: Vec<u64> = outputs
+            .iter()
+            .map(|o| (o.len / ext.max(1)) as u64)
+            .collect();
+        let fits = |rows: usize| -> bool {
+            let ins = inputs.iter().enumerate().all(|(x, a)| match a {
+                Arg::Buffer(b) => {
+                    let (lo, hi) = span(x, rows);
+                    ((hi - lo + 1) as u64) * elem_bytes(b.dtype) + align <= limit
+                }
+                _ => true,
+            });
+            ins && outputs
+                .iter()
+                .zip(&out_inner)
+                .all(|(o, &n)| n * rows as u64 * elem_bytes(o.dtype) <= limit)
+        };
+        // Blocks start on binding-aligned output offsets.
+        let step = outputs
+            .iter()
+            .zip(&out_inner)
+            .map(|(o, &n)| {
+                let row = n * elem_bytes(o.dtype);
+                (align / gcd(align, row.max(1))) as usize
+            })
+            .max()
+            .unwrap_or(1);
+        let mut rows = ext;
+        while rows > 0 && !fits(rows) {
+            rows /= 2;
+        }
+        rows = rows / step * step;
+        if rows == 0 {
+            return Err(refuse(&format!(
+                "even one block of {step} positions of dimension {k} of {space:?} does not fit"
+            )));
+        }
+        let mut checks: Vec<Arc<Check>> = Vec::new();
+        let mut r0 = 0;
+        while r0 < ext {
+            let n = rows.min(ext - r0);
+            let mut piece_space = space.to_vec();
+            piece_space[k] = n;
+            let mut windows = Windows::default();
+            let mut views = launch.views.clone();
+            for (x, a) in inputs.iter().enumerate() {
+                let Some(d) = vdim(x) else {
+                    windows.inputs.push(None);
+                    continue;
+                };
+                views[x].offset += r0 as isize * views[x].strides[d];
+                views[x].shape = {
+                    let mut dims = views[x].shape.dims().to_vec();
+                    dims[d] = n;
+                    kiln_ir::Shape::from(dims)
+                };
+                match a {
+                    Arg::Buffer(b) => {
+                        let eb = elem_bytes(b.dtype);
+                        let v = &launch.views[x];
+                        let (lo, hi) = {
+                            // The block's own range (the view shifted to it).
+                            let shifted = r0 as isize * v.strides[d];
+                            let (lo, hi) = span(x, n);
+                            (lo + shifted, hi + shifted)
+                        };
+                        let start = (lo.max(0) as u64 * eb) / align * align;
+                        let end = ((hi + 1).max(0) as u64 * eb).div_ceil(4) * 4;
+                        views[x].offset -= (start / eb) as isize;
+                        windows.inputs.push(Some((start, (end - start).max(4))));
+                    }
+                    // Read through an output's binding (in place), or computed: no window.
+                    _ => windows.inputs.push(None),
+                }
+            }
+            for (o, &inner) in outputs.iter().zip(&out_inner) {
+                let eb = elem_bytes(o.dtype);
+                windows.outputs.push(Some((
+                    r0 as u64 * inner * eb,
+                    (n as u64 * inner * eb).max(4),
+                )));
+            }
+            let piece = Launch {
+                space: kiln_ir::Shape::from(piece_space),
+                views,
+                scalars: launch.scalars,
+                seeds: launch.seeds,
+                dims: launch.dims,
+                unread_outputs: launch.unread_outputs,
+            };
+            self.launch_one(kernel, &piece, inputs, outputs, &windows)?;
+            for c in &outputs[0].checks {
+                if !checks.iter().any(|x| Arc::ptr_eq(x, c)) {
+                    checks.push(c.clone());
+                }
+            }
+            r0 += n;
+        }
+        for o in outputs.iter_mut() {
+            o.checks = checks.clone();
+        }
+        Ok(())
+    }
+
     /// Writes virtual input `x` (iota, random) over its base shape into a new buffer.
     fn materialise(&self, kernel: &Kernel, launch: &Launch<'_>, x: usize) -> Result<GpuBuffer> {
         use kiln_compiler::{Inst, InstOp, Program, Strided, View};
@@ -614,6 +853,7 @@ impl WgpuBackend {
         out_dtypes: &[DType],
         copies: &[(usize, GpuBuffer)],
         caps: &Capabilities,
+        windows: &Windows,
     ) -> Result<()> {
         // Remap input bindings per dispatch (concat binds one input at a time as input 0).
         let mut remap: Vec<Option<usize>> = Vec::new();
@@ -727,6 +967,14 @@ impl WgpuBackend {
             }
             let mut res: Vec<wgpu::BindingResource<'_>> = vec![metas[di].as_entire_binding()];
             for b in &d.binds {
+                let window = match *b {
+                    Bind::Input(x) => {
+                        let x = remap.get(di).copied().flatten().unwrap_or(x);
+                        windows.inputs.get(x).copied().flatten()
+                    }
+                    Bind::Output(j) => windows.outputs.get(j).copied().flatten(),
+                    _ => None,
+                };
                 let buf: &wgpu::Buffer = match *b {
                     Bind::Input(x) => {
                         let x = remap.get(di).copied().flatten().unwrap_or(x);
@@ -741,7 +989,7 @@ impl WgpuBackend {
                         .ok_or_else(|| internal("status missing".into()))?,
                     Bind::Extra(i) => &extras[i].buf,
                 };
-                res.push(buf.as_entire_binding());
+                res.push(binding(buf, window, caps.max_binding_bytes));
             }
             bound.push((d, res));
         }
@@ -974,6 +1222,14 @@ impl kiln_ir::DeviceBuffer for Resident {
     }
     fn as_any(&self) -> &dyn std::any::Any {
         self
+    }
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
     }
 }
 
