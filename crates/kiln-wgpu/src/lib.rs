@@ -20,7 +20,8 @@
 //! * **Limits**: more than 65,535 workgroups fold into a 2-D grid. A kernel touching a buffer
 //!   larger than the adapter's largest storage binding runs as several launches over blocks
 //!   of its leading dimension, each binding the windows it reads and writes (elementwise,
-//!   reductions that keep that dimension, unbatched matmuls). A kernel binding more storage
+//!   reductions — partial results folded together where the block dimension is reduced —
+//!   and unbatched matmuls). A kernel binding more storage
 //!   buffers than the adapter allows, a big buffer in a kernel that cannot be cut so, a
 //!   buffer over the adapter's largest buffer, or `f64`/`i64` without
 //!   `SHADER_F64`/`SHADER_INT64` is a clear error naming the op and the limit.
@@ -618,10 +619,12 @@ impl WgpuBackend {
     /// kernel's first dimension longer than 1 (its leading dimensions before it are 1): every
     /// buffer is bound as the window that block reads or writes, and the views are shifted
     /// to the block and re-based to their windows. Kernels that can be cut so: elementwise,
-    /// reductions and arg-reductions that keep that dimension, and unbatched matmuls (cut by
-    /// rows of the output; the right operand must fit one binding). Anything else, or a block
-    /// of one position that still does not fit (a broadcast operand over the limit, a
-    /// transposed one), is an error naming the limit.
+    /// reductions (one that reduces the cut dimension reduces each block into a partial
+    /// result and folds it into the output with the same operation), arg-reductions that
+    /// keep that dimension, and unbatched matmuls (cut by rows of the output; the right
+    /// operand must fit one binding). Anything else, or a block of one position that still
+    /// does not fit (a broadcast operand over the limit, a transposed one), is an error
+    /// naming the limit.
     fn launch_pieces(
         &self,
         kernel: &Kernel,
@@ -642,9 +645,17 @@ impl WgpuBackend {
             )
         };
         let first_long = space.iter().position(|&d| d > 1);
+        // A reduction over the cut dimension: each block reduces its rows into a partial
+        // result, folded into the output with the same operation.
+        let folded = match &kernel.kind {
+            KernelKind::Reduce { axes, op, .. } => first_long
+                .filter(|k| axes.contains(k) && outputs.len() == 1)
+                .map(|_| *op),
+            _ => None,
+        };
         let split = match &kernel.kind {
             KernelKind::Elementwise { .. } => first_long,
-            KernelKind::Reduce { axes, .. } => first_long.filter(|k| !axes.contains(k)),
+            KernelKind::Reduce { .. } => first_long,
             KernelKind::ArgReduce { axis, .. } => first_long.filter(|k| k != axis),
             KernelKind::MatMul { .. } if r >= 2 && first_long == Some(r - 2) => Some(r - 2),
             _ => None,
@@ -665,6 +676,15 @@ impl WgpuBackend {
             )));
         };
         let ext = space[k];
+        if folded.is_some()
+            && outputs
+                .iter()
+                .any(|o| elem_bytes(o.dtype) * o.len as u64 > limit)
+        {
+            return Err(refuse(&format!(
+                "a reduction over dimension {k} of {space:?} whose result is itself over the limit"
+            )));
+        }
         let matmul = matches!(kernel.kind, KernelKind::MatMul { .. });
         // The dimension of input x's view that follows the cut dimension, if any.
         let vdim = |x: usize| -> Option<usize> {
@@ -697,9 +717,14 @@ impl WgpuBackend {
             }
             (lo, hi)
         };
+        // The outputs' elements per position of the cut dimension (a folded reduction writes
+        // whole outputs: no windows).
         let out_inner: Vec<u64> = outputs
             .iter()
-            .map(|o| (o.len / ext.max(1)) as u64)
+            .map(|o| match folded {
+                Some(_) => 0,
+                None => (o.len / ext.max(1)) as u64,
+            })
             .collect();
         let fits = |rows: usize| -> bool {
             let ins = inputs.iter().enumerate().all(|(x, a)| match a {
@@ -772,12 +797,14 @@ impl WgpuBackend {
                     _ => windows.inputs.push(None),
                 }
             }
-            for (o, &inner) in outputs.iter().zip(&out_inner) {
-                let eb = elem_bytes(o.dtype);
-                windows.outputs.push(Some((
-                    r0 as u64 * inner * eb,
-                    (n as u64 * inner * eb).max(4),
-                )));
+            if folded.is_none() {
+                for (o, &inner) in outputs.iter().zip(&out_inner) {
+                    let eb = elem_bytes(o.dtype);
+                    windows.outputs.push(Some((
+                        r0 as u64 * inner * eb,
+                        (n as u64 * inner * eb).max(4),
+                    )));
+                }
             }
             let piece = Launch {
                 space: kiln_ir::Shape::from(piece_space),
@@ -787,18 +814,105 @@ impl WgpuBackend {
                 dims: launch.dims,
                 unread_outputs: launch.unread_outputs,
             };
-            self.launch_one(kernel, &piece, inputs, outputs, &windows)?;
-            for c in &outputs[0].checks {
-                if !checks.iter().any(|x| Arc::ptr_eq(x, c)) {
-                    checks.push(c.clone());
+            let mut keep = |o: &GpuBuffer| {
+                for c in &o.checks {
+                    if !checks.iter().any(|x| Arc::ptr_eq(x, c)) {
+                        checks.push(c.clone());
+                    }
                 }
+            };
+            match folded {
+                Some(op) if r0 > 0 => {
+                    let mut part = [self.new_buffer(outputs[0].dtype, outputs[0].len)?];
+                    let run = self
+                        .launch_one(kernel, &piece, inputs, &mut part, &windows)
+                        .and_then(|()| {
+                            keep(&part[0]);
+                            self.fold_into(op, &mut outputs[0], &part[0])
+                        });
+                    let [part] = part;
+                    self.release(part);
+                    run?;
+                }
+                _ => self.launch_one(kernel, &piece, inputs, outputs, &windows)?,
             }
+            keep(&outputs[0]);
             r0 += n;
         }
         for o in outputs.iter_mut() {
             o.checks = checks.clone();
         }
         Ok(())
+    }
+
+    /// `acc = op(acc, part)` elementwise over equal-length buffers (a folded reduction).
+    fn fold_into(
+        &self,
+        op: kiln_ir::ReduceOp,
+        acc: &mut GpuBuffer,
+        part: &GpuBuffer,
+    ) -> Result<()> {
+        use kiln_compiler::{Inst, InstOp, Program, Source, Strided, View};
+        use kiln_ir::{BinaryOp, Dim, ReduceOp};
+        let d = acc.dtype;
+        if d == DType::Bool {
+            return Err(internal("a folded reduction of booleans".into()));
+        }
+        let bop = match op {
+            ReduceOp::Sum => BinaryOp::Add,
+            ReduceOp::Prod => BinaryOp::Mul,
+            ReduceOp::Max => BinaryOp::Maximum,
+            ReduceOp::Min => BinaryOp::Minimum,
+        };
+        let load = |i: u32| Inst {
+            op: InstOp::Load(i),
+            dtype: d,
+        };
+        let space: kiln_ir::SymShape = [Dim::Sym(0)].into_iter().collect();
+        let input = |i: u32| kiln_compiler::Input {
+            source: Source::Slot(i),
+            dtype: d,
+            view: View::identity(space.clone()),
+        };
+        let kernel = Kernel {
+            kind: KernelKind::Elementwise {
+                program: Program {
+                    insts: vec![
+                        load(0),
+                        load(1),
+                        Inst {
+                            op: InstOp::Binary(bop, 0, 1),
+                            dtype: d,
+                        },
+                    ],
+                    results: [2].into_iter().collect(),
+                },
+            },
+            space: space.clone(),
+            inputs: vec![input(0), input(1)],
+            outputs: [0].into_iter().collect(),
+        };
+        let n = acc.len;
+        let shape = kiln_ir::Shape::from([n]);
+        let dims = [n];
+        let l = Launch {
+            space: shape.clone(),
+            views: vec![
+                Strided::contiguous(shape.clone()),
+                Strided::contiguous(shape),
+            ],
+            scalars: &[],
+            seeds: &[],
+            dims: &dims,
+            unread_outputs: false,
+        };
+        self.launch_one(
+            &kernel,
+            &l,
+            &[Arg::Output(0), Arg::Buffer(part)],
+            std::slice::from_mut(acc),
+            &Windows::default(),
+        )
     }
 
     /// Writes virtual input `x` (iota, random) over its base shape into a new buffer.

@@ -1,7 +1,8 @@
 //! Arrays larger than the adapter's largest storage binding (128 MiB on lavapipe and
 //! llvmpipe): a 300 MiB elementwise pass (with a broadcast row and an in-kernel iota), a
-//! row reduction and a matmul, each checked element by element against plain Rust; and a
-//! kernel that cannot be cut into blocks reports the limit instead of failing inside wgpu.
+//! row reduction, a sum and a max over all elements, and a matmul, each checked against
+//! plain Rust; and a kernel that cannot be cut into blocks (a gather from a 300 MiB table)
+//! reports the limit instead of failing inside wgpu.
 //! Skipped (with a message) without an adapter, or when the adapter's binding limit is
 //! above 300 MiB (nothing to split then).
 //!
@@ -122,11 +123,31 @@ fn a_matmul_with_a_300_mib_left_operand_and_a_150_mib_result() {
 }
 
 #[test]
+fn sum_and_max_over_all_of_a_300_mib_array() {
+    let Some(e) = engine() else { return };
+    let n = BYTES / 4;
+    let xv = values(n);
+    let x = data(xv.clone(), &[n]);
+    let s = build::reduce(ReduceOp::Sum, &x, None, false).unwrap();
+    let m = build::reduce(ReduceOp::Max, &x, None, false).unwrap();
+    let got = e.evaluate(&[&s, &m]).unwrap();
+    let want: f64 = xv.iter().map(|&v| v as f64).sum();
+    let scale: f64 = xv.iter().map(|&v| v.abs() as f64).sum();
+    let sum = f32s(&got[0])[0] as f64;
+    // f32 partial sums in the GPU's order against an exact sum.
+    assert!((sum - want).abs() <= 1e-6 * scale, "{sum} vs {want}");
+    let max = xv.iter().copied().fold(f32::MIN, f32::max);
+    assert_eq!(f32s(&got[1])[0], max);
+}
+
+#[test]
 fn a_kernel_that_cannot_be_cut_names_the_limit() {
     let Some(e) = engine() else { return };
-    // A sum over every element reads the whole array in one kernel.
-    let x = data(values(BYTES / 4), &[BYTES / 4]);
-    let s = build::reduce(ReduceOp::Sum, &x, None, false).unwrap();
-    let err = e.evaluate(&[&s]).unwrap_err().to_string();
+    // A gather reads rows of its table where the indices say: the whole table is bound.
+    let rows = BYTES / 4 / 64;
+    let table = data(values(rows * 64), &[rows, 64]);
+    let idx = build::data(HostData::from(vec![0i32, 5, 7]), Shape::from([3])).unwrap();
+    let g = build::take(&table, &idx, 0).unwrap();
+    let err = e.evaluate(&[&g]).unwrap_err().to_string();
     assert!(err.contains("largest storage binding"), "{err}");
 }
