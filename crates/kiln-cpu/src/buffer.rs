@@ -336,6 +336,37 @@ impl Recycle for BufferPool {
     }
 }
 
+/// Downloads from a device backend land in pooled, cache-line-aligned storage.
+///
+/// ```
+/// use kiln_cpu::BufferPool;
+/// use kiln_ir::{DType, HostData, HostPool};
+/// static POOL: BufferPool = BufferPool::new(1 << 20);
+/// let (v, start) = POOL.take_host(DType::I32, 100);
+/// let d = HostData::recycled_from(v, start, &POOL);
+/// assert_eq!(d.len(), 100);
+/// drop(d);
+/// assert!(POOL.stats().bytes >= 400); // back home
+/// ```
+impl kiln_ir::HostPool for BufferPool {
+    fn take_host(&self, dtype: DType, len: usize) -> (HostVec, usize) {
+        fn parts<T>(a: crate::typed::Aligned<T>, wrap: fn(Vec<T>) -> HostVec) -> (HostVec, usize)
+        where
+            T: Copy + Default,
+        {
+            let (v, lead) = a.into_parts();
+            (wrap(v), lead)
+        }
+        match self.take(dtype, len) {
+            TypedVec::Bool(a) => parts(a, HostVec::Bool),
+            TypedVec::I32(a) => parts(a, HostVec::I32),
+            TypedVec::I64(a) => parts(a, HostVec::I64),
+            TypedVec::F32(a) => parts(a, HostVec::F32),
+            TypedVec::F64(a) => parts(a, HostVec::F64),
+        }
+    }
+}
+
 /// Fresh allocations of at least this many bytes ask for transparent huge pages.
 #[cfg_attr(not(all(target_os = "linux", not(miri))), allow(dead_code))]
 pub const HUGE_PAGE_MIN_BYTES: usize = 4 << 20;

@@ -177,6 +177,35 @@ pub trait Recycle: Send + Sync + std::fmt::Debug {
     fn recycle(&self, v: HostVec);
 }
 
+/// A home that also hands vectors out: a device backend downloads into them, so downloaded
+/// values reuse warm host storage and go back there when their last handle drops (kiln
+/// gives its GPU backend the CPU backend's buffer pool).
+///
+/// ```
+/// use kiln_ir::{DType, HostData, HostPool, HostVec, Recycle};
+/// #[derive(Debug)]
+/// struct Fresh;
+/// impl Recycle for Fresh {
+///     fn recycle(&self, _: HostVec) {}
+/// }
+/// impl HostPool for Fresh {
+///     fn take_host(&self, dtype: DType, len: usize) -> (HostVec, usize) {
+///         assert_eq!(dtype, DType::F32);
+///         (HostVec::from(vec![0.0f32; len]), 0)
+///     }
+/// }
+/// static HOME: Fresh = Fresh;
+/// let (v, start) = HOME.take_host(DType::F32, 3);
+/// let d = HostData::recycled_from(v, start, &HOME);
+/// assert_eq!(d.len(), 3);
+/// ```
+pub trait HostPool: Recycle {
+    /// A vector of `dtype` whose elements `[start, start + len)` the caller fills (its
+    /// length is `start + len`; the first `start` elements are padding); returns it and
+    /// `start`. Contents are unspecified.
+    fn take_host(&self, dtype: DType, len: usize) -> (HostVec, usize);
+}
+
 /// An owned vector of one of the five element types (what a [`Recycle`] home receives).
 ///
 /// ```

@@ -33,7 +33,7 @@ mod shape;
 mod trace;
 mod value;
 
-pub use data::{Element, Foreign, HostData, HostVec, Recycle, Recycled, Shared};
+pub use data::{Element, Foreign, HostData, HostPool, HostVec, Recycle, Recycled, Shared};
 pub use dtype::{DType, Kind, Scalar};
 pub use error::{Error, Result};
 pub use expr::{ExprNode, LazyExpr};

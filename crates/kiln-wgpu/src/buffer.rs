@@ -297,6 +297,43 @@ pub(crate) fn from_bytes(bytes: &[u8], dtype: DType, len: usize) -> HostData {
     converted_from_bytes(bytes, dtype, len)
 }
 
+/// Writes `len` elements of device bytes into `v[start..start + len]` (a vector from a
+/// [`kiln_ir::HostPool`]; its length is `start + len`).
+pub(crate) fn fill_from_bytes(v: &mut kiln_ir::HostVec, start: usize, bytes: &[u8], len: usize) {
+    use kiln_ir::HostVec;
+    fn fill<T: Copy, const N: usize>(dst: &mut [T], b: &[u8], f: impl Fn([u8; N]) -> T) {
+        for (d, c) in dst.iter_mut().zip(b.chunks_exact(N)) {
+            let mut a = [0u8; N];
+            a.copy_from_slice(c);
+            *d = f(a);
+        }
+    }
+    #[cfg(target_endian = "little")]
+    fn bulk<T: bytemuck::Pod>(dst: &mut [T], b: &[u8]) {
+        let n = std::mem::size_of_val(dst);
+        bytemuck::cast_slice_mut::<T, u8>(dst).copy_from_slice(&b[..n]);
+    }
+    #[cfg(not(target_endian = "little"))]
+    fn bulk<T: bytemuck::Pod>(dst: &mut [T], b: &[u8]) {
+        let _ = (dst, b);
+        unreachable!("big-endian hosts convert element by element");
+    }
+    let le = cfg!(target_endian = "little");
+    match v {
+        HostVec::Bool(x) => fill(&mut x[start..start + len], bytes, |a| {
+            u32::from_le_bytes(a) != 0
+        }),
+        HostVec::I32(x) if le => bulk(&mut x[start..start + len], bytes),
+        HostVec::I64(x) if le => bulk(&mut x[start..start + len], bytes),
+        HostVec::F32(x) if le => bulk(&mut x[start..start + len], bytes),
+        HostVec::F64(x) if le => bulk(&mut x[start..start + len], bytes),
+        HostVec::I32(x) => fill(&mut x[start..start + len], bytes, i32::from_le_bytes),
+        HostVec::I64(x) => fill(&mut x[start..start + len], bytes, i64::from_le_bytes),
+        HostVec::F32(x) => fill(&mut x[start..start + len], bytes, f32::from_le_bytes),
+        HostVec::F64(x) => fill(&mut x[start..start + len], bytes, f64::from_le_bytes),
+    }
+}
+
 /// [`from_bytes`] element by element.
 fn converted_from_bytes(bytes: &[u8], dtype: DType, len: usize) -> HostData {
     fn read<T, const N: usize>(b: &[u8], len: usize, f: impl Fn([u8; N]) -> T) -> Vec<T> {

@@ -137,6 +137,8 @@ pub(crate) struct Core {
     /// Whether launches are recorded into one submission per evaluation
     /// (`KILN_WGPU_BATCH=0` submits each launch by itself).
     batch: bool,
+    /// Where downloads land (kiln's CPU buffer pool), if set: plain vectors otherwise.
+    host_pool: std::sync::OnceLock<&'static dyn kiln_ir::HostPool>,
     uploaded: AtomicU64,
     uploads: AtomicU64,
     downloaded: AtomicU64,
@@ -190,6 +192,7 @@ impl WgpuBackend {
                 pool: Pool::new(DEFAULT_POOL_BYTES),
                 pending: Mutex::new(Pending::default()),
                 batch: std::env::var("KILN_WGPU_BATCH").map_or(true, |v| v != "0"),
+                host_pool: std::sync::OnceLock::new(),
                 uploaded: AtomicU64::new(0),
                 uploads: AtomicU64::new(0),
                 downloaded: AtomicU64::new(0),
@@ -282,6 +285,28 @@ impl WgpuBackend {
             .gpu
             .device
             .poll(wgpu::PollType::wait_indefinitely());
+    }
+
+    /// Has downloads land in `pool`'s storage (they go back to it when their last handle
+    /// drops, so a loop that reads results reuses warm pages). Set once; later calls are
+    /// ignored.
+    ///
+    /// ```no_run
+    /// # // Needs a GPU adapter.
+    /// static POOL: kiln_cpu_like::Pool = kiln_cpu_like::Pool;
+    /// # mod kiln_cpu_like {
+    /// #     use kiln_ir::{DType, HostPool, HostVec, Recycle};
+    /// #     #[derive(Debug)] pub struct Pool;
+    /// #     impl Recycle for Pool { fn recycle(&self, _: HostVec) {} }
+    /// #     impl HostPool for Pool {
+    /// #         fn take_host(&self, _: DType, len: usize) -> (HostVec, usize) { (HostVec::from(vec![0.0f32; len]), 0) }
+    /// #     }
+    /// # }
+    /// let gpu = kiln_wgpu::WgpuBackend::new().unwrap();
+    /// gpu.set_host_pool(&POOL);
+    /// ```
+    pub fn set_host_pool(&self, pool: &'static dyn kiln_ir::HostPool) {
+        let _ = self.core.host_pool.set(pool);
     }
 
     /// Uploads host data into a resident value (the storage returns to the pool when its
@@ -1273,11 +1298,17 @@ impl Core {
                 }
                 match err {
                     Some(e) => Err(e),
-                    None => Ok(buffer::from_bytes(
-                        &view[status_bytes as usize..(status_bytes + bytes) as usize],
-                        dtype,
-                        len,
-                    )),
+                    None => {
+                        let b = &view[status_bytes as usize..(status_bytes + bytes) as usize];
+                        Ok(match self.host_pool.get() {
+                            Some(&pool) if len > 0 => {
+                                let (mut v, start) = pool.take_host(dtype, len);
+                                buffer::fill_from_bytes(&mut v, start, b, len);
+                                HostData::recycled_from(v, start, pool)
+                            }
+                            _ => buffer::from_bytes(b, dtype, len),
+                        })
+                    }
                 }
             }
             _ => Err(Error::InvalidArgument {

@@ -40,7 +40,11 @@ pub(crate) fn wgpu_engine() -> Result<&'static Engine<kiln_wgpu::WgpuBackend>> {
     ENGINE
         .get_or_init(|| {
             kiln_wgpu::WgpuBackend::new()
-                .map(|b| Engine::new(b, capacity()))
+                .map(|b| {
+                    // Downloads land in the CPU's buffer pool and go back there when dropped.
+                    b.set_host_pool(CpuBackend::pool());
+                    Engine::new(b, capacity())
+                })
                 .map_err(|e| e.to_string())
         })
         .as_ref()

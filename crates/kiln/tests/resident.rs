@@ -290,3 +290,35 @@ fn a_thousand_resident_steps_do_not_grow_device_memory() {
         "training on one batch lowers its loss: {first} -> {last}"
     );
 }
+
+#[test]
+fn downloads_land_in_the_cpu_pool_and_go_back_to_it() {
+    if !common::wgpu_or_skip("resident values") {
+        return;
+    }
+    let _s = serial();
+    let n = 1 << 16;
+    let x = Array::arange(0.0, n as f64, 1.0, DType::F32)
+        .unwrap()
+        .to_host()
+        .unwrap()
+        .to_device(Device::Wgpu)
+        .unwrap();
+    let pool = kiln_cpu::CpuBackend::pool();
+    let read = |k: f32| -> Vec<f32> {
+        let y = &x * k;
+        kiln::eval_on(Device::Wgpu, &[&y]).unwrap();
+        y.to_host().unwrap().to_vec::<f32>().unwrap()
+    };
+    // The first read's storage goes home when its arrays drop; the second reuses it.
+    let first = read(2.0);
+    assert_eq!(first[n - 1], 2.0 * (n - 1) as f32);
+    let hits = pool.stats().hits;
+    let second = read(3.0);
+    assert_eq!(second[12345], 3.0 * 12345.0);
+    assert!(
+        pool.stats().hits > hits,
+        "the second download did not reuse pooled storage: {:?}",
+        pool.stats()
+    );
+}
