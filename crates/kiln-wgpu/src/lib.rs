@@ -121,6 +121,7 @@ pub struct PipelineStats {
 pub struct WgpuBackend {
     core: Arc<Core>,
     pipelines: Mutex<hashbrown::HashMap<String, wgpu::ComputePipeline>>,
+    launches: Mutex<LaunchCache>,
     hits: AtomicU64,
     misses: AtomicU64,
 }
@@ -199,6 +200,7 @@ impl WgpuBackend {
                 downloads: AtomicU64::new(0),
             }),
             pipelines: Mutex::new(hashbrown::HashMap::new()),
+            launches: Mutex::new(LaunchCache::default()),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
         })
@@ -396,7 +398,8 @@ impl WgpuBackend {
     /// Runs the dispatches of one kernel; `bufs` resolves each binding.
     fn submit(
         &self,
-        work: &[(Dispatch, Vec<wgpu::BindingResource<'_>>)],
+        work: &[(&Dispatch, Vec<wgpu::BindingResource<'_>>)],
+        pipelines: &[wgpu::ComputePipeline],
         pre: &[(&wgpu::Buffer, &wgpu::Buffer, u64)],
     ) {
         let device = &self.core.gpu.device;
@@ -409,9 +412,7 @@ impl WgpuBackend {
         for (src, dst, bytes) in pre {
             enc.copy_buffer_to_buffer(src, 0, dst, 0, *bytes);
         }
-        let pipelines: Vec<_> = work.iter().map(|(d, _)| self.pipeline(&d.source)).collect();
         for ((d, res), p) in work.iter().zip(pipelines) {
-            let Ok(p) = p else { continue };
             let entries: Vec<wgpu::BindGroupEntry<'_>> = res
                 .iter()
                 .enumerate()
@@ -614,6 +615,40 @@ impl WgpuBackend {
         result
     }
 }
+
+/// What generating one launch gives: the dispatches, the dtype a value error names, and
+/// the input each dispatch binds as input 0 (concat).
+pub(crate) struct Generated {
+    work: kernels::Work,
+    error_dtype: Option<DType>,
+    remap: Vec<Option<usize>>,
+    /// The dispatches' pipelines, compiled (or found in the pipeline cache) on first use.
+    pipelines: std::sync::OnceLock<Vec<wgpu::ComputePipeline>>,
+}
+
+/// A cached launch: everything generation reads, and what it gave.
+struct CachedLaunch {
+    kernel: Kernel,
+    how: Vec<In>,
+    out_dtypes: Vec<DType>,
+    space: Vec<usize>,
+    views: Vec<kiln_compiler::Strided>,
+    scalars: Vec<kiln_ir::Scalar>,
+    seeds: Vec<u64>,
+    dims: Vec<usize>,
+    unread: bool,
+    generated: Arc<Generated>,
+}
+
+/// Cached launches by the kernel's address (entries compared in full on lookup).
+#[derive(Default)]
+struct LaunchCache {
+    map: hashbrown::HashMap<usize, Vec<CachedLaunch>>,
+    entries: usize,
+}
+
+/// Launches cached before the cache is emptied and starts again.
+const LAUNCH_CACHE_ENTRIES: usize = 4096;
 
 /// The byte ranges a launch binds instead of whole buffers (see [`WgpuBackend::launch_pieces`]):
 /// `(offset, size)` per input and per output, `None` for the whole buffer.
@@ -981,19 +1016,67 @@ impl WgpuBackend {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn launch_inner(
+    /// The generated work of a launch: from the cache when the same kernel ran with the same
+    /// launch before (every field compared, so a hit is exactly what generation would give),
+    /// else generated now and cached. Generating the WGSL text and its word table is a
+    /// sizeable part of a small kernel's host time; a training loop repeats its launches.
+    fn generated(
         &self,
         kernel: &Kernel,
         launch: &Launch<'_>,
-        inputs: &[Arg<'_, GpuBuffer>],
-        outputs: &mut [GpuBuffer],
         how: &[In],
         out_dtypes: &[DType],
-        copies: &[(usize, GpuBuffer)],
         caps: &Capabilities,
-        windows: &Windows,
-    ) -> Result<()> {
+    ) -> Result<Arc<Generated>> {
+        let addr = kernel as *const Kernel as usize;
+        let hit = |c: &CachedLaunch| {
+            c.kernel == *kernel
+                && c.how == how
+                && c.out_dtypes == out_dtypes
+                && c.space == launch.space.dims()
+                && c.views == launch.views
+                && c.scalars == launch.scalars
+                && c.seeds == launch.seeds
+                && c.dims == launch.dims
+                && c.unread == launch.unread_outputs
+        };
+        {
+            let cache = self.launches.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(c) = cache.map.get(&addr).and_then(|v| v.iter().find(|c| hit(c))) {
+                return Ok(c.generated.clone());
+            }
+        }
+        let generated = Arc::new(self.generate(kernel, launch, how, out_dtypes, caps)?);
+        let mut cache = self.launches.lock().unwrap_or_else(|e| e.into_inner());
+        if cache.entries >= LAUNCH_CACHE_ENTRIES {
+            cache.map.clear();
+            cache.entries = 0;
+        }
+        cache.entries += 1;
+        cache.map.entry(addr).or_default().push(CachedLaunch {
+            kernel: kernel.clone(),
+            how: how.to_vec(),
+            out_dtypes: out_dtypes.to_vec(),
+            space: launch.space.dims().to_vec(),
+            views: launch.views.clone(),
+            scalars: launch.scalars.to_vec(),
+            seeds: launch.seeds.to_vec(),
+            dims: launch.dims.to_vec(),
+            unread: launch.unread_outputs,
+            generated: generated.clone(),
+        });
+        Ok(generated)
+    }
+
+    /// Generates the WGSL, word tables and bindings of one launch.
+    fn generate(
+        &self,
+        kernel: &Kernel,
+        launch: &Launch<'_>,
+        how: &[In],
+        out_dtypes: &[DType],
+        caps: &Capabilities,
+    ) -> Result<Generated> {
         // Remap input bindings per dispatch (concat binds one input at a time as input 0).
         let mut remap: Vec<Option<usize>> = Vec::new();
         let (work, error_dtype) = match &kernel.kind {
@@ -1045,6 +1128,29 @@ impl WgpuBackend {
                 (w, None)
             }
         };
+        Ok(Generated {
+            work,
+            error_dtype,
+            remap,
+            pipelines: std::sync::OnceLock::new(),
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn launch_inner(
+        &self,
+        kernel: &Kernel,
+        launch: &Launch<'_>,
+        inputs: &[Arg<'_, GpuBuffer>],
+        outputs: &mut [GpuBuffer],
+        how: &[In],
+        out_dtypes: &[DType],
+        copies: &[(usize, GpuBuffer)],
+        caps: &Capabilities,
+        windows: &Windows,
+    ) -> Result<()> {
+        let generated = self.generated(kernel, launch, how, out_dtypes, caps)?;
+        let (work, error_dtype, remap) = (&generated.work, generated.error_dtype, &generated.remap);
         let device = &self.core.gpu.device;
         // Per-launch data.
         let status = if work.dispatches.iter().any(|d| d.status) {
@@ -1093,7 +1199,7 @@ impl WgpuBackend {
             }
         };
         let mut bound = Vec::with_capacity(work.dispatches.len());
-        for (di, d) in work.dispatches.into_iter().enumerate() {
+        for (di, d) in work.dispatches.iter().enumerate() {
             if d.binds.len() + 1 > caps.max_bindings as usize {
                 return Err(too_large(
                     "wgpu kernel",
@@ -1142,11 +1248,23 @@ impl WgpuBackend {
                 Some((&outputs[j].buf, &c.buf, elem_bytes(c.dtype) * c.len as u64))
             })
             .collect();
-        // Compile first so a shader error is reported, not skipped.
-        for (d, _) in &bound {
-            self.pipeline(&d.source)?;
-        }
-        self.submit(&bound, &pre);
+        // Compile first so a shader error is reported, not skipped (once per cached launch).
+        let pipes = match generated.pipelines.get() {
+            Some(p) => {
+                // Reused pipelines (the launch cache's hit is the pipeline cache's too).
+                self.hits.fetch_add(p.len() as u64, Ordering::Relaxed);
+                p
+            }
+            None => {
+                let p = work
+                    .dispatches
+                    .iter()
+                    .map(|d| self.pipeline(&d.source))
+                    .collect::<Result<Vec<_>>>()?;
+                generated.pipelines.get_or_init(|| p)
+            }
+        };
+        self.submit(&bound, pipes, &pre);
         drop(bound);
         for t in metas.into_iter().chain(f64s.into_iter().flatten()) {
             self.core.recycle(t);

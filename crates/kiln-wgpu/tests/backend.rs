@@ -449,3 +449,26 @@ fn scatter_add_rows_match_the_reference_and_report_bad_indices() {
     let err = e.evaluate(&[&y]).unwrap_err().to_string();
     assert!(err.contains("scatter_add") && err.contains('9'), "{err}");
 }
+
+#[test]
+fn a_repeated_launch_is_generated_once_and_a_changed_one_again() {
+    let Some(e) = engine() else { return };
+    let run = |n: usize, s: f64| -> Vec<f64> {
+        let y = scaled(n, s);
+        let got = e.evaluate(&[&y]).unwrap();
+        assert_close(&got[0], &reference(&[&y]).unwrap()[0], 1e-5);
+        (0..got[0].len()).map(|i| got[0].get(i).as_f64()).collect()
+    };
+    let first = run(1000, 0.5);
+    let before = e.backend().pipeline_stats();
+    // The same sizes and scalar: the cached launch, the same numbers.
+    assert_eq!(run(1000, 0.5), first);
+    let after = e.backend().pipeline_stats();
+    assert_eq!(after.misses, before.misses);
+    assert!(after.hits > before.hits);
+    // A new scalar and a new size are new launches (checked against the reference above),
+    // and the first one again still gives its own numbers.
+    assert_ne!(run(1000, 0.25), first);
+    run(777, 0.5);
+    assert_eq!(run(1000, 0.5), first);
+}
