@@ -439,7 +439,7 @@ impl WgpuBackend {
                 label: None,
                 timestamp_writes: None,
             });
-            pass.set_pipeline(&p);
+            pass.set_pipeline(p);
             pass.set_bind_group(0, &bg, &[]);
             pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
         }
