@@ -322,3 +322,59 @@ fn downloads_land_in_the_cpu_pool_and_go_back_to_it() {
         pool.stats()
     );
 }
+
+#[test]
+fn every_dtype_and_empty_shapes_round_trip_through_the_gpu() {
+    if !common::wgpu_or_skip("resident values") {
+        return;
+    }
+    let _s = serial();
+    for shape in [&[0usize][..], &[3, 0], &[1], &[5, 7]] {
+        let n: usize = shape.iter().product();
+        let arrays = [
+            Array::from_vec((0..n).map(|i| i % 3 == 0).collect::<Vec<bool>>(), shape).unwrap(),
+            Array::from_vec(
+                (0..n as i32).map(|i| i * 7 - 20).collect::<Vec<i32>>(),
+                shape,
+            )
+            .unwrap(),
+            Array::from_vec(
+                (0..n as i64)
+                    .map(|i| i * -3 + (1 << 40))
+                    .collect::<Vec<i64>>(),
+                shape,
+            )
+            .unwrap(),
+            Array::from_vec(
+                (0..n)
+                    .map(|i| [f32::NAN, -0.0, 1.5, f32::INFINITY][i % 4])
+                    .collect::<Vec<f32>>(),
+                shape,
+            )
+            .unwrap(),
+            Array::from_vec(
+                (0..n).map(|i| i as f64 * 0.1 - 1e300).collect::<Vec<f64>>(),
+                shape,
+            )
+            .unwrap(),
+        ];
+        for a in arrays {
+            if !Device::Wgpu.supports(a.dtype()) {
+                continue;
+            }
+            let what = format!("{} {shape:?}", a.dtype());
+            let g = a.to_device(Device::Wgpu).unwrap();
+            assert_eq!(g.shape(), shape, "{what}");
+            let back = g.to_host().unwrap();
+            // Compare as printed: NaN equals NaN, and -0.0 keeps its sign.
+            assert_eq!(format!("{back:?}"), format!("{a:?}"), "{what}");
+            // An op on the GPU reading the resident value matches the CPU's.
+            // (A concat copies every element in a kernel, whatever the dtype.)
+            let on_gpu = Array::concat(&[&g, &g], 0);
+            let on_cpu = Array::concat(&[&a, &a], 0);
+            kiln::eval_on(Device::Wgpu, &[&on_gpu]).unwrap();
+            kiln::eval_on(Device::Cpu, &[&on_cpu]).unwrap();
+            assert_eq!(format!("{on_gpu:?}"), format!("{on_cpu:?}"), "{what}");
+        }
+    }
+}
