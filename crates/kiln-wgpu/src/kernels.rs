@@ -5,7 +5,8 @@
 //! Index spaces map to threads as follows: elementwise, take and concat run one thread per
 //! output element; scatter-add one workgroup per output row (threads over the row, the
 //! indices listed once per row); reductions one workgroup (256 threads, shared-memory tree)
-//! per output and chunk of 4,096 reduced elements, with further passes over the partials; arg
+//! per output and chunk of 4,096 reduced elements, with further passes over the partials
+//! (the first pass also stores the prologue's side outputs, each position once); arg
 //! reductions one workgroup per output; top-k one thread per row; matmul 16×16 threads per
 //! 64×64 output tile (4×4 per thread in registers; 128×128 and 8×8 for large products) with
 //! TILE×16 / 16×TILE operand tiles in workgroup memory.
@@ -332,7 +333,9 @@ fn reduce_coords(
 }
 
 /// Inside a reduction loop over `r`: the reduced coordinates and the prologue's value at
-/// them (as a storage value of `dtype`).
+/// them (as a storage value of `dtype`). The prologue's further results (side outputs, see
+/// `kiln_compiler::Target::reduce_side_outputs`) are stored at their position of the space
+/// in outputs `1..` (each position is visited once, by the first pass).
 #[allow(clippy::too_many_arguments)]
 fn prologue_value(
     g: &mut Gen<'_>,
@@ -350,6 +353,20 @@ fn prologue_value(
         load(g, out, kernel, launch, how, x as usize, &coords, None)
     };
     let res = emit_program(g, body, program, launch.scalars, None, "", &mut loader)?;
+    if res.len() > 1 {
+        // The position's row-major index in the space.
+        let mut flat = coords.first().cloned().unwrap_or_else(|| "0u".into());
+        for (d, c) in coords.iter().enumerate().skip(1) {
+            let n = g.size(space[d])?;
+            flat = format!("({flat}) * {n} + {c}");
+        }
+        let _ = writeln!(body, "    let kpos = {flat};");
+        for (j, v) in res.iter().enumerate().skip(1) {
+            let dj = program.insts[program.results[j] as usize].dtype;
+            g.output(j, dj);
+            let _ = writeln!(body, "    o{j}[kpos] = {};", to_storage(dj, v));
+        }
+    }
     Ok(to_storage(dtype, &res[0]))
 }
 

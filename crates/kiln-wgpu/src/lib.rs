@@ -464,6 +464,12 @@ impl Backend for WgpuBackend {
         (self.capabilities().max_bindings as usize).saturating_sub(5)
     }
 
+    /// Reductions store their prologue's further results (softmax's `exp(x - max)`, computed
+    /// once by the sum and divided in place after).
+    fn reduce_side_outputs(&self) -> bool {
+        true
+    }
+
     fn allocate(&self, dtype: DType, len: usize) -> Result<GpuBuffer> {
         self.new_buffer(dtype, len)
     }
@@ -1084,13 +1090,6 @@ impl WgpuBackend {
                 kernels::elementwise(caps, kernel, program, launch, how, out_dtypes)?,
                 program_int_dtype(program),
             ),
-            KernelKind::Reduce { program, .. } if program.results.len() != 1 => {
-                // `reduce_side_outputs` is false here, so the compiler never emits these.
-                return Err(internal(format!(
-                    "a reduction with {} results (side outputs are not supported on wgpu)",
-                    program.results.len()
-                )));
-            }
             KernelKind::Reduce { program, op, axes } => (
                 kernels::reduce(caps, kernel, program, *op, axes, launch, how, out_dtypes[0])?,
                 program_int_dtype(program),

@@ -472,3 +472,34 @@ fn a_repeated_launch_is_generated_once_and_a_changed_one_again() {
     run(777, 0.5);
     assert_eq!(run(1000, 0.5), first);
 }
+
+#[test]
+fn softmax_stores_exp_once_from_its_sum_on_every_reduction_path() {
+    let Some(e) = engine() else { return };
+    // Serial rows (10 elements), one chunk per row (1,000), and rows over several chunks
+    // (10,000): the sum writes `exp(x - max)` as a side output, divided in place after.
+    for shape in [[64usize, 10], [30, 1000], [3, 10000]] {
+        let n = shape[0] * shape[1];
+        let v: Vec<f32> = (0..n)
+            .map(|i| ((i as u64 * 2654435761) % 6000) as f32 / 1000.0 - 3.0)
+            .collect();
+        let x = build::data(HostData::from(v), Shape::from(shape)).unwrap();
+        let m = build::reduce(ReduceOp::Max, &x, Some(&[1]), true).unwrap();
+        let mb = build::broadcast_to(&m, x.shape()).unwrap();
+        let d = build::binary(BinaryOp::Sub, &x, &mb).unwrap();
+        let ex = build::unary(UnaryOp::Exp, &d).unwrap();
+        let s = build::reduce(ReduceOp::Sum, &ex, Some(&[1]), true).unwrap();
+        let sb = build::broadcast_to(&s, x.shape()).unwrap();
+        let y = build::binary(BinaryOp::Div, &ex, &sb).unwrap();
+        let (_, compiled) = e.inspect(&[&y]).unwrap();
+        assert!(
+            compiled.plan.kernels.iter().any(|k| matches!(
+                k.kind,
+                kiln_compiler::KernelKind::Reduce { .. }
+            ) && k.outputs.len() == 2),
+            "{shape:?}: no reduction with a side output in the plan"
+        );
+        let got = e.evaluate(&[&y]).unwrap();
+        assert_close(&got[0], &reference(&[&y]).unwrap()[0], 1e-5);
+    }
+}
