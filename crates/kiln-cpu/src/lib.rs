@@ -72,7 +72,7 @@
 //!     outputs: vec![OutputRef::Slot(0)],
 //!     ..Plan::default()
 //! };
-//! let bindings = Bindings { params: vec![HostData::from(vec![1.0f32, -2.0])], dims: vec![2], ..Bindings::default() };
+//! let bindings = Bindings { params: vec![HostData::from(vec![1.0f32, -2.0]).into()], dims: vec![2], ..Bindings::default() };
 //! let out = kiln_compiler::run(kiln_cpu::cpu(), &plan, &bindings).unwrap();
 //! assert_eq!(out[0].get(1), kiln_ir::Scalar::Float(2.0));
 //! ```
