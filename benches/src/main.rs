@@ -655,32 +655,42 @@ fn workloads(quick: bool, only: Option<&[Workload]>) {
         kiln::eval(&[&b1, &b2]).expect("params");
         let mut params = vec![w1, b1, w2, b2];
         let flops = 3.0 * 2.0 * (batch * (784 * 512 + 512 * 10)) as f64;
-        report(
-            "W7_mlp_step",
-            "784-512-10 b256",
-            // Many steps: both kiln and jax have slow phases of several consecutive steps
-            // here, which a median of 21 can land in.
-            if quick { 3 } else { 101 },
-            0.0,
-            flops,
-            || {
-                let (w1, b1, w2, b2) = (&params[0], &params[1], &params[2], &params[3]);
-                let h = (x.matmul(w1) + b1).relu();
-                let logits = h.matmul(w2) + b2;
-                let loss = -(logits.log_softmax(-1) * &y).sum(None, false) / batch as f32;
-                let g = kiln::grad(&loss, &[w1, b1, w2, b2]).expect("grad");
-                let new: Vec<Array> = params
-                    .iter()
-                    .zip(&g)
-                    .map(|(p, g)| p - &(g * 0.01f32))
-                    .collect();
-                let refs: Vec<&Array> = new.iter().chain([&loss]).collect();
-                kiln::eval(&refs).expect("W7");
-                // Read the loss, as a training loop does (on a GPU: only it comes down).
-                std::hint::black_box(loss.item::<f32>().expect("W7 loss"));
-                params = new;
-            },
-        );
+        // The same step evaluated plainly, and donating the old parameters (written over in
+        // place on a GPU; the same as `eval` on the CPU).
+        for (name, in_place) in [("W7_mlp_step", false), ("W7_in_place", true)] {
+            report(
+                name,
+                "784-512-10 b256",
+                // Many steps: both kiln and jax have slow phases of several consecutive steps
+                // here, which a median of 21 can land in.
+                if quick { 3 } else { 101 },
+                0.0,
+                flops,
+                || {
+                    let (w1, b1, w2, b2) = (&params[0], &params[1], &params[2], &params[3]);
+                    let h = (x.matmul(w1) + b1).relu();
+                    let logits = h.matmul(w2) + b2;
+                    let loss = -(logits.log_softmax(-1) * &y).sum(None, false) / batch as f32;
+                    let g = kiln::grad(&loss, &[w1, b1, w2, b2]).expect("grad");
+                    let new: Vec<Array> = params
+                        .iter()
+                        .zip(&g)
+                        .map(|(p, g)| p - &(g * 0.01f32))
+                        .collect();
+                    drop(g);
+                    let refs: Vec<&Array> = new.iter().chain([&loss]).collect();
+                    if in_place {
+                        let donors: Vec<&Array> = params.iter().collect();
+                        kiln::eval_donating(&refs, &donors).expect("W7");
+                    } else {
+                        kiln::eval(&refs).expect("W7");
+                    }
+                    // Read the loss, as a training loop does (on a GPU: only it comes down).
+                    std::hint::black_box(loss.item::<f32>().expect("W7 loss"));
+                    params = new;
+                },
+            );
+        }
     }
 }
 

@@ -22,7 +22,8 @@ pub enum Arg<'a, B> {
     Buffer(&'a B),
     /// From the kernel's own output `j`, which is written in place over this input: the
     /// compiler guarantees the input is read with the output's own contiguous layout, so
-    /// element `i` is read before element `i` is written.
+    /// element `i` is read before element `i` is written. Elementwise kernels, and (for a
+    /// donated parameter) a matmul's epilogue inputs.
     Output(usize),
     /// A virtual source (`Iota`, `Random`): no buffer.
     Virtual,
@@ -150,6 +151,19 @@ pub trait Backend: Send + Sync {
         let _ = value;
         None
     }
+    /// Whether [`Backend::donate`] can hand out storage: plans compiled for this backend then
+    /// leave room for donations (see `Target::donations`). Default: no.
+    fn donates(&self) -> bool {
+        false
+    }
+    /// Takes the storage of `value`, a resident value of this backend that nothing will read
+    /// again (see [`RunOptions::donate`]), as a buffer to write a result over: `value`'s own
+    /// handle then reads as an error and no longer returns the storage when dropped.
+    /// `None` when this backend did not make it or does not donate. Default: `None`.
+    fn donate(&self, value: &DeviceData) -> Option<Self::Buffer> {
+        let _ = value;
+        None
+    }
     /// Called once at the end of every run (after its results are downloaded or kept, and
     /// on error): a backend that records launches submits them here. Default: nothing.
     fn finish(&self) {}
@@ -253,13 +267,20 @@ pub const TRANSFER_TARGET: &str = "kiln::transfer";
 /// let o = kiln_compiler::RunOptions::default();
 /// assert!(!o.keep && !o.strict);
 /// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RunOptions {
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RunOptions<'a> {
     /// Leave the results on the device (on a backend that [keeps results](Backend::keeps_results)).
     pub keep: bool,
     /// Refuse an input resident on another device (an error naming both devices) instead
     /// of moving it through the host.
     pub strict: bool,
+    /// Resident values the caller proved no one reads after this run (`kiln_ir::donatable`):
+    /// where the plan has a [`crate::Donation`] for a parameter bound to one of them, and no
+    /// handle on it exists but the donor node's and this run's bindings, the run asks the
+    /// backend for its storage ([`Backend::donate`]) and writes the result over it.
+    /// A donated value reads as an error afterwards (its storage holds the result); if the
+    /// run fails after a donation, the donor is lost the same way.
+    pub donate: &'a [&'a DeviceData],
 }
 
 /// A parameter's buffer for one run: uploaded for it, or a resident value read in place.
@@ -335,7 +356,7 @@ fn bind<'a, B: Backend>(
 /// use kiln_compiler::{run_with, OutputRef, Plan, RunOptions};
 /// let plan = Plan { outputs: vec![OutputRef::Param(0)], ..Plan::default() };
 /// let b = kiln_ir::Bindings { params: vec![HostData::from(vec![1.0f32]).into()], ..Default::default() };
-/// let out = run_with(&Host, &plan, &b, RunOptions { keep: true, strict: true })?;
+/// let out = run_with(&Host, &plan, &b, RunOptions { keep: true, strict: true, ..Default::default() })?;
 /// assert!(out[0].host().is_some()); // this backend keeps nothing on a device
 /// # Ok::<(), kiln_ir::Error>(())
 /// ```
@@ -359,7 +380,7 @@ pub fn run_with<B: Backend>(
         plan,
         bindings,
         &scalars,
-        options.strict,
+        options,
         &mut params,
         &mut bufs,
     );
@@ -403,17 +424,49 @@ pub fn run_with<B: Backend>(
     out
 }
 
+/// The storage of the value bound to `donation`'s parameter, if the caller donated it, it
+/// fits the buffer, and no handle on it exists but the donor node's and `bindings`'.
+fn donated<B: Backend>(
+    backend: &B,
+    plan: &Plan,
+    bindings: &Bindings,
+    options: RunOptions<'_>,
+    donation: &crate::plan::Donation,
+) -> Option<B::Buffer> {
+    let d = bindings.params.get(donation.param as usize)?.device()?;
+    let desc = &plan.buffers[donation.buffer as usize];
+    let len = desc
+        .slots
+        .iter()
+        .map(|&s| plan.slot_shape(s, &bindings.dims).numel())
+        .max()
+        .unwrap_or(0);
+    let ok = options.donate.iter().any(|x| x.same(d))
+        && d.handles() == 2
+        && d.dtype() == desc.dtype
+        && d.len() >= len;
+    if ok {
+        backend.donate(d)
+    } else {
+        None
+    }
+}
+
 fn run_kernels<'a, B: Backend>(
     backend: &B,
     plan: &Plan,
     bindings: &'a Bindings,
     scalars: &[Scalar],
-    strict: bool,
+    options: RunOptions<'_>,
     params: &mut [Option<ParamBuf<'a, B::Buffer>>],
     bufs: &mut [Option<B::Buffer>],
 ) -> Result<()> {
     let dims = &bindings.dims;
+    let strict = options.strict;
     let mut groups = plan.groups.iter().peekable();
+    let mut donations = plan.donations.iter().peekable();
+    // Per parameter: the output of the current kernel it is read through (a donation).
+    let mut through: SmallVec<[(u32, usize); 2]> = SmallVec::new();
     let mut ki = 0;
     while ki < plan.kernels.len() {
         if let Some(g) = groups.next_if(|g| g.start == ki) {
@@ -430,6 +483,19 @@ fn run_kernels<'a, B: Backend>(
             if let Source::Param(p) = input.source {
                 if params[p as usize].is_none() {
                     params[p as usize] = Some(bind(backend, &bindings.params[p as usize], strict)?);
+                }
+            }
+        }
+        // A donated parameter's storage becomes the output it is read through (after the
+        // binding above: the donated value no longer binds).
+        through.clear();
+        if !options.donate.is_empty() {
+            while let Some(d) = donations.next_if(|d| d.kernel as usize <= ki) {
+                if d.kernel as usize == ki && bufs[d.buffer as usize].is_none() {
+                    if let Some(buf) = donated(backend, plan, bindings, options, d) {
+                        bufs[d.buffer as usize] = Some(buf);
+                        through.push((d.param, d.output as usize));
+                    }
                 }
             }
         }
@@ -470,9 +536,12 @@ fn run_kernels<'a, B: Backend>(
                 .inputs
                 .iter()
                 .map(|i| match i.source {
-                    Source::Param(p) => {
-                        Arg::Buffer(params[p as usize].as_ref().expect("bound above").get())
-                    }
+                    Source::Param(p) => match through.iter().find(|(q, _)| *q == p) {
+                        Some(&(_, j)) => Arg::Output(j),
+                        None => {
+                            Arg::Buffer(params[p as usize].as_ref().expect("bound above").get())
+                        }
+                    },
                     Source::Slot(s) => {
                         let b = plan.slots[s as usize].buffer;
                         match out_bufs.iter().position(|&o| o == b) {

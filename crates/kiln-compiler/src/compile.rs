@@ -84,6 +84,11 @@ pub struct Target {
     /// compiler then marks them ([`crate::group::row_groups`]) and plans memory so that
     /// their rows are independent.
     pub row_groups: bool,
+    /// Whether the backend takes donated storage ([`crate::Backend::donates`]): the compiler
+    /// then moves parameter updates after the parameter's other readers and leaves them a
+    /// buffer of their own, so that a run handed the old storage writes over it
+    /// ([`crate::Donation`]).
+    pub donations: bool,
 }
 
 impl Default for Target {
@@ -92,6 +97,7 @@ impl Default for Target {
             max_kernel_inputs: usize::MAX,
             reduce_side_outputs: false,
             row_groups: false,
+            donations: false,
         }
     }
 }
@@ -149,10 +155,21 @@ pub fn compile_for(expr: &LazyExpr, target: Target) -> Result<Compiled> {
     graph.verify()?;
     let fused = fuse::fuse_for(&graph, expr.bindings.scalars.len() as u32, target);
     let mut plan = fused.plan;
+    let mut cluster = fused.cluster;
+    if target.donations {
+        let order = memory::sink_updates(&mut plan);
+        let mut position = vec![0usize; order.len()];
+        for (new, &old) in order.iter().enumerate() {
+            position[old] = new;
+        }
+        for c in cluster.iter_mut().flatten() {
+            *c = position[*c];
+        }
+    }
     if target.row_groups {
         plan.groups = crate::group::row_groups(&plan);
     }
-    memory::plan_memory(&mut plan, &expr.bindings.dims);
+    memory::plan_memory(&mut plan, &expr.bindings.dims, target.donations);
     #[cfg(debug_assertions)]
     plan.verify().map_err(|message| kiln_ir::Error::Verifier {
         node: 0,
@@ -163,6 +180,6 @@ pub fn compile_for(expr: &LazyExpr, target: Target) -> Result<Compiled> {
         plan,
         source,
         graph,
-        cluster: fused.cluster,
+        cluster,
     })
 }

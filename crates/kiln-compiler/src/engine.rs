@@ -89,6 +89,7 @@ impl<B: Backend> Engine<B> {
                 max_kernel_inputs: self.backend.max_kernel_inputs(),
                 reduce_side_outputs: self.backend.reduce_side_outputs(),
                 row_groups: self.backend.row_groups(),
+                donations: self.backend.donates(),
             };
             let c = self.cache.get_or_compile(&key, move || {
                 let c = compile_for(&LazyExpr::from_trace(full), target)?;

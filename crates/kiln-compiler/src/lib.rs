@@ -30,8 +30,8 @@ pub use graph::{GNode, Graph};
 pub use group::RowGroup;
 pub use inspect::{KernelReport, Report};
 pub use plan::{
-    BufferDesc, Input, Inst, InstOp, Kernel, KernelKind, OutputRef, Plan, Program, Slot, Source,
-    Strided, View, ViewOp,
+    BufferDesc, Donation, Input, Inst, InstOp, Kernel, KernelKind, OutputRef, Plan, Program, Slot,
+    Source, Strided, View, ViewOp,
 };
 
 use kiln_ir::{HostData, LazyExpr, Result};

@@ -4,16 +4,19 @@
 //! **Aliasing rules.** A kernel writes in place over an input slot only if the kernel is
 //! elementwise, that slot dies at this kernel (no later kernel reads it), it is not a plan
 //! output, every read of it in this kernel uses the output's own contiguous layout, and the
-//! dtypes match. Parameters (user data) are never written. Identity decides, never shape:
+//! dtypes match. Parameters (user data) are never written by the plan itself. Identity decides, never shape:
 //! slots are compared by number. Output buffers are never reused.
 //!
 //! **Row groups** ([`crate::group::RowGroup`]): a buffer whose slots die inside a group is
 //! free only after the group's last kernel (a backend may run the group's rows in any
 //! order), and a kernel of a group writes in place only over a slot that every kernel of the
-//! group reads row-aligned. Depends on [`crate::plan`], [`crate::group`] and `kiln-ir`.
+//! group reads row-aligned.
+//!
+//! **Donations** ([`crate::plan::Donation`]): the same rules mark where a parameter could be
+//! written over, if a run is handed its storage; the plan itself never writes a parameter. Depends on [`crate::plan`], [`crate::group`] and `kiln-ir`.
 
 use crate::group::row_aligned;
-use crate::plan::{BufferDesc, Kernel, KernelKind, OutputRef, Plan, Source, ViewOp};
+use crate::plan::{BufferDesc, Donation, Kernel, KernelKind, OutputRef, Plan, Source, ViewOp};
 use kiln_ir::{resolve_shape, DType, Dim};
 use smallvec::SmallVec;
 use std::collections::BTreeSet;
@@ -77,7 +80,7 @@ impl FreeList {
 
 /// Compacts slots to those kernels write, then assigns buffers. `hint` gives the symbol
 /// values seen at compile time, used only to pick the best-fitting free buffer.
-pub fn plan_memory(plan: &mut Plan, hint: &[usize]) {
+pub fn plan_memory(plan: &mut Plan, hint: &[usize], donate: bool) {
     // Compact: slot numbers in kernel-write order.
     let mut remap = vec![u32::MAX; plan.slots.len()];
     let mut slots = Vec::new();
@@ -168,6 +171,13 @@ pub fn plan_memory(plan: &mut Plan, hint: &[usize]) {
             dying_at[l].push(s as u32);
         }
     }
+    // Outputs a donated parameter could become get a buffer of their own (not one written in
+    // place over a dying slot, whose storage the run could not swap).
+    let sites = if donate {
+        donation_sites(plan, &group_index)
+    } else {
+        Vec::new()
+    };
     // Every list below is per buffer and kept current as slots are assigned, so the plan is
     // linear in the number of kernels (a user's graph may have millions).
     let mut buffers: Vec<BufferDesc> = Vec::new();
@@ -175,6 +185,7 @@ pub fn plan_memory(plan: &mut Plan, hint: &[usize]) {
     let mut last_use: Vec<usize> = Vec::new(); // per buffer: its slots' last reader
     let mut is_free: Vec<bool> = Vec::new();
     let mut free = FreeList::default();
+    let mut donations: Vec<Donation> = Vec::new();
     for k in 0..n_k {
         let kernel = plan.kernels[k].clone();
         let mut taken: Vec<u32> = Vec::new();
@@ -182,7 +193,11 @@ pub fn plan_memory(plan: &mut Plan, hint: &[usize]) {
             let dtype = plan.slots[s as usize].dtype;
             // in place over a dying input?
             let mut chosen = None;
-            if matches!(kernel.kind, KernelKind::Elementwise { .. }) {
+            let site = sites
+                .iter()
+                .find(|&&(sk, j, _)| sk == k && kernel.outputs[j] == s)
+                .map(|&(_, _, p)| p);
+            if site.is_none() && matches!(kernel.kind, KernelKind::Elementwise { .. }) {
                 for (x, input) in kernel.inputs.iter().enumerate() {
                     let Source::Slot(t) = input.source else {
                         continue;
@@ -209,7 +224,7 @@ pub fn plan_memory(plan: &mut Plan, hint: &[usize]) {
                 }
             }
             let want = size(plan, s);
-            if chosen.is_none() && !is_output[s as usize] {
+            if chosen.is_none() && !is_output[s as usize] && site.is_none() {
                 // best fit among free buffers of this dtype
                 if let Some(b) = free.take_best(dtype, want) {
                     is_free[b as usize] = false;
@@ -238,6 +253,14 @@ pub fn plan_memory(plan: &mut Plan, hint: &[usize]) {
             last_use[bi] = last_use[bi].max(last[s as usize]);
             plan.slots[s as usize].buffer = b;
             taken.push(b);
+            if let Some(p) = site {
+                donations.push(Donation {
+                    param: p,
+                    kernel: k as u32,
+                    buffer: b,
+                    output: kernel.outputs.iter().position(|&o| o == s).unwrap_or(0) as u32,
+                });
+            }
         }
         // Buffers whose slots are all dead after this kernel (after this group, inside one)
         // become free: those holding a slot that died in that span and none that lives on.
@@ -272,6 +295,181 @@ pub fn plan_memory(plan: &mut Plan, hint: &[usize]) {
         }
     }
     plan.buffers = buffers;
+    plan.donations = donations;
+}
+
+/// Whether a plan may take donations at all: not with fallible kernels (a value error reported
+/// after a parameter was written over could not leave it as it was).
+fn may_donate(plan: &Plan) -> bool {
+    !plan.kernels.iter().any(|k| {
+        matches!(
+            k.kind,
+            KernelKind::Take { .. } | KernelKind::ScatterAdd { .. }
+        )
+    })
+}
+
+/// The parameters kernel `k` reads only at its outputs' own positions: every read through an
+/// identity view, by an elementwise kernel or a matmul's epilogue (never a matmul operand: a
+/// square operand's view can look like the output's layout).
+fn aligned_params(kernel: &Kernel) -> SmallVec<[u32; 2]> {
+    let first_read = match kernel.kind {
+        KernelKind::Elementwise { .. } => 0,
+        KernelKind::MatMul {
+            epilogue: Some(_), ..
+        } => 2,
+        _ => return SmallVec::new(),
+    };
+    let mut out: SmallVec<[u32; 2]> = SmallVec::new();
+    for input in &kernel.inputs {
+        let Source::Param(p) = input.source else {
+            continue;
+        };
+        if out.contains(&p) {
+            continue;
+        }
+        let aligned = kernel
+            .inputs
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| i.source == Source::Param(p))
+            .all(|(y, _)| y >= first_read && identity_view(kernel, y));
+        if aligned {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// For a backend that takes donations: moves each kernel that reads a parameter at its
+/// outputs' own positions to just after that parameter's last other reader (a loss computed
+/// after the update reads the old value), when no kernel in between reads its outputs and
+/// no kernel it reads from moves. The result is checked to stay in dependency order; if it
+/// would not, nothing moves. Returns, per new position, the kernel's old index.
+pub fn sink_updates(plan: &mut Plan) -> Vec<usize> {
+    let n = plan.kernels.len();
+    let identity: Vec<usize> = (0..n).collect();
+    if !may_donate(plan) || !plan.groups.is_empty() {
+        return identity;
+    }
+    let mut last_reader: Vec<usize> = Vec::new();
+    let mut producer: Vec<usize> = vec![usize::MAX; plan.slots.len()];
+    let mut readers: Vec<SmallVec<[usize; 2]>> = vec![SmallVec::new(); plan.slots.len()];
+    for (k, kernel) in plan.kernels.iter().enumerate() {
+        for &s in &kernel.outputs {
+            producer[s as usize] = k;
+        }
+        for i in &kernel.inputs {
+            match i.source {
+                Source::Param(p) => {
+                    let p = p as usize;
+                    if last_reader.len() <= p {
+                        last_reader.resize(p + 1, 0);
+                    }
+                    last_reader[p] = k;
+                }
+                Source::Slot(s) => readers[s as usize].push(k),
+                _ => {}
+            }
+        }
+    }
+    // Where each kernel goes: twice its index, or twice the reader it follows, plus one.
+    let mut key: Vec<usize> = (0..n).map(|k| 2 * k).collect();
+    let mut moved = vec![false; n];
+    for (k, kernel) in plan.kernels.iter().enumerate() {
+        let Some(to) = aligned_params(kernel)
+            .iter()
+            .map(|&p| last_reader[p as usize])
+            .max()
+            .filter(|&l| l > k)
+        else {
+            continue;
+        };
+        let outputs_free = kernel
+            .outputs
+            .iter()
+            .all(|&s| readers[s as usize].iter().all(|&r| r <= k || r > to));
+        let inputs_fixed = kernel.inputs.iter().all(|i| match i.source {
+            Source::Slot(s) => !moved[producer[s as usize]],
+            _ => true,
+        });
+        if outputs_free && inputs_fixed {
+            key[k] = 2 * to + 1;
+            moved[k] = true;
+        }
+    }
+    if !moved.iter().any(|&m| m) {
+        return identity;
+    }
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by_key(|&k| (key[k], k));
+    let mut position = vec![0usize; n];
+    for (new, &old) in order.iter().enumerate() {
+        position[old] = new;
+    }
+    let in_order = plan.kernels.iter().enumerate().all(|(k, kernel)| {
+        kernel.inputs.iter().all(|i| match i.source {
+            Source::Slot(s) => position[producer[s as usize]] < position[k],
+            _ => true,
+        })
+    });
+    if !in_order {
+        return identity;
+    }
+    let mut old: Vec<Option<Kernel>> = std::mem::take(&mut plan.kernels)
+        .into_iter()
+        .map(Some)
+        .collect();
+    plan.kernels = order
+        .iter()
+        .map(|&k| old[k].take().expect("each kernel once"))
+        .collect();
+    order
+}
+
+/// The outputs `(kernel, output, parameter)` that a donated parameter could become: see
+/// [`Donation`]; one output per parameter, the parameter read by nothing after, and never a
+/// parameter the plan returns.
+fn donation_sites(plan: &Plan, group_index: &[Option<usize>]) -> Vec<(usize, usize, u32)> {
+    if !may_donate(plan) {
+        return Vec::new();
+    }
+    let mut last_reader: Vec<Option<usize>> = Vec::new();
+    for (k, kernel) in plan.kernels.iter().enumerate() {
+        for i in &kernel.inputs {
+            if let Source::Param(p) = i.source {
+                let p = p as usize;
+                if last_reader.len() <= p {
+                    last_reader.resize(p + 1, None);
+                }
+                last_reader[p] = Some(k);
+            }
+        }
+    }
+    let returned: Vec<u32> = plan
+        .outputs
+        .iter()
+        .filter_map(|o| match o {
+            OutputRef::Param(p) => Some(*p),
+            OutputRef::Slot(_) => None,
+        })
+        .collect();
+    let mut out: Vec<(usize, usize, u32)> = Vec::new();
+    for (k, kernel) in plan.kernels.iter().enumerate() {
+        if group_index[k].is_some() {
+            continue;
+        }
+        let mut params = aligned_params(kernel)
+            .into_iter()
+            .filter(|&p| last_reader[p as usize] == Some(k) && !returned.contains(&p));
+        for j in 0..kernel.outputs.len() {
+            match params.next() {
+                Some(p) => out.push((k, j, p)),
+                None => break,
+            }
+        }
+    }
+    out
 }
 
 /// Peak bytes of plan buffers live at once for the symbol values `dims` (a buffer is live

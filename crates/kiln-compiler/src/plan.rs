@@ -451,6 +451,29 @@ pub struct Plan {
     /// released after it runs. Set by the memory plan (from `BufferDesc::last_use`), so
     /// running a plan does not scan every buffer after every kernel.
     pub releases: Vec<SmallVec<[u32; 2]>>,
+    /// Where a donated parameter may become a buffer (see [`Donation`]). Set by the memory
+    /// plan.
+    pub donations: Vec<Donation>,
+}
+
+/// A place where a run may write over a parameter instead of allocating: kernel `kernel`
+/// creates buffer `buffer` as its output `output` and is the last reader of parameter
+/// `param`, which it reads only at the output's own positions (an elementwise kernel, or a
+/// matmul's epilogue, through the output's contiguous layout). A run that was handed the parameter's storage (a donation, see
+/// `RunOptions::donate`) uses it as that buffer and reads the parameter through the output.
+///
+/// Only plans without fallible kernels (`Take`, `ScatterAdd`) have donations: a value error
+/// reported after the write could not leave the donor as it was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Donation {
+    /// The parameter.
+    pub param: u32,
+    /// The kernel.
+    pub kernel: u32,
+    /// The buffer it creates.
+    pub buffer: u32,
+    /// The kernel's output writing that buffer.
+    pub output: u32,
 }
 
 impl Plan {

@@ -23,6 +23,7 @@
 
 pub mod build;
 mod data;
+mod donate;
 mod dtype;
 mod error;
 mod expr;
@@ -34,6 +35,7 @@ mod trace;
 mod value;
 
 pub use data::{Element, Foreign, HostData, HostPool, HostVec, Recycle, Recycled, Shared};
+pub use donate::donatable;
 pub use dtype::{DType, Kind, Scalar};
 pub use error::{Error, Result};
 pub use expr::{ExprNode, LazyExpr};

@@ -349,6 +349,12 @@ impl Parameter {
         Ok(())
     }
 
+    /// The value, locked: an optimizer step holds it while it evaluates the update (the
+    /// parameter's own handle is the one it donates) and stores the new value through it.
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Array> {
+        self.value.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Stores a value already checked to have the parameter's dtype and shape: the commit of
     /// an optimizer step, which must not fail part-way.
     pub(crate) fn replace(&self, value: Array) {

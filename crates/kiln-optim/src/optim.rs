@@ -19,6 +19,7 @@
 use crate::state::{Hp, Spec};
 use crate::{describe, failing, Error, OptimizerState, Parameter, Result};
 use kiln::Array;
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 /// An optimizer: turns gradients into parameter updates.
@@ -41,6 +42,30 @@ pub trait Optimizer {
     /// loss) in the same pass so forward, backward and update share one compiled plan.
     /// On error nothing has changed.
     fn step(&mut self, params: &[&Parameter], grads: &[Array], extra: &[&Array]) -> Result<()>;
+    /// [`Optimizer::step`], taking the gradients: they are dropped once the update is built,
+    /// so when nothing else holds the parameters, their old values or the gradients, the
+    /// step writes the new values over the old ones on a GPU (in place, see
+    /// [`kiln::eval_donating`]) instead of allocating a second copy of the model.
+    /// On error nothing has changed, except after a device error (such as running out of
+    /// device memory) during an in-place step, which leaves the parameters written over
+    /// unreadable.
+    ///
+    /// ```
+    /// use kiln_optim::{Optimizer, Parameter, Sgd};
+    /// let w = Parameter::new("w", kiln::Array::from_vec(vec![1.0f32], &[1])?);
+    /// let g = vec![kiln::Array::from_vec(vec![2.0f32], &[1])?];
+    /// Sgd::new(0.5).step_owned(&[&w], g, &[])?;
+    /// assert_eq!(w.value().to_vec::<f32>()?, vec![0.0]);
+    /// # Ok::<(), kiln_optim::Error>(())
+    /// ```
+    fn step_owned(
+        &mut self,
+        params: &[&Parameter],
+        grads: Vec<Array>,
+        extra: &[&Array],
+    ) -> Result<()> {
+        self.step(params, &grads, extra)
+    }
     /// The learning rate.
     fn learning_rate(&self) -> f64;
     /// Changes the learning rate (a run-time scalar: no recompilation).
@@ -247,7 +272,7 @@ impl State {
         hypers: &[Hyper],
         n_slots: usize,
         params: &[&Parameter],
-        grads: &[Array],
+        grads: Cow<'_, [Array]>,
         extra: &[&Array],
         mut rule: impl FnMut(Inputs<'_>) -> Outputs,
     ) -> Result<()> {
@@ -255,7 +280,7 @@ impl State {
         for h in hypers {
             h.check(op)?;
         }
-        check(op, params, grads)?;
+        check(op, params, &grads)?;
         let t = self.steps.checked_add(1).ok_or_else(|| Error::Invalid {
             op,
             message: "the step count would overflow u64: use a fresh optimizer".into(),
@@ -263,7 +288,7 @@ impl State {
         // 2. the new values and slots, as lazy expressions
         let mut values = Vec::with_capacity(params.len());
         let mut slots = Vec::with_capacity(if n_slots == 0 { 0 } else { params.len() });
-        for (p, g) in params.iter().zip(grads) {
+        for (p, g) in params.iter().zip(grads.iter()) {
             let previous = self.previous(op, p, n_slots)?;
             let out = rule(Inputs {
                 t,
@@ -289,21 +314,47 @@ impl State {
                 slots.push(out.slots);
             }
         }
-        // 3. one evaluation of everything the step produces and the caller asked for
+        // Gradients handed over are dropped now: held, they would keep the old values
+        // readable and block writing the new ones over them.
+        let grads: &[Array] = match grads {
+            Cow::Borrowed(g) => g,
+            Cow::Owned(g) => {
+                drop(g);
+                &[]
+            }
+        };
+        // 3. one evaluation of everything the step produces and the caller asked for, which
+        // may write the new parameters and slots over the old ones (each parameter's value
+        // is locked meanwhile: its own handle is the one donated, and no reader sees a value
+        // written over)
         let mut all: Vec<&Array> = values.iter().collect();
         all.extend(slots.iter().flatten());
         all.extend(extra.iter().copied());
-        if let Err(source) = kiln::eval(&all) {
+        let evaluated = {
+            let mut held: Vec<_> = params.iter().map(|p| p.lock()).collect();
+            let mut donors: Vec<&Array> = held.iter().map(|h| &**h).collect();
+            for p in params {
+                if let Some(s) = self.slots.get(p.name()) {
+                    donors.extend(s.iter());
+                }
+            }
+            let r = kiln::eval_donating(&all, &donors);
+            drop(donors);
+            if r.is_ok() {
+                // 4. the commit: nothing below can fail
+                for (h, v) in held.iter_mut().zip(values) {
+                    **h = v;
+                }
+            }
+            r
+        };
+        if let Err(source) = evaluated {
             return Err(Error::Eval {
                 op,
                 what: culprit(params, grads, extra),
                 unchanged: "no parameter and no optimizer state changed".into(),
                 source: Box::new(source),
             });
-        }
-        // 4. the commit: nothing below can fail
-        for (p, v) in params.iter().zip(values) {
-            p.replace(v);
         }
         for (p, s) in params.iter().zip(slots) {
             self.slots.insert(p.name().to_string(), s);
@@ -497,8 +548,14 @@ impl Sgd {
     }
 }
 
-impl Optimizer for Sgd {
-    fn step(&mut self, params: &[&Parameter], grads: &[Array], extra: &[&Array]) -> Result<()> {
+impl Sgd {
+    /// One step (see [`Optimizer::step`] and [`Optimizer::step_owned`]).
+    fn run(
+        &mut self,
+        params: &[&Parameter],
+        grads: Cow<'_, [Array]>,
+        extra: &[&Array],
+    ) -> Result<()> {
         let (lr, mu, nesterov, wd) = (self.lr, self.momentum, self.nesterov, self.weight_decay);
         let hypers = [
             Hyper::learning_rate(lr),
@@ -537,6 +594,21 @@ impl Optimizer for Sgd {
                     slots,
                 }
             })
+    }
+}
+
+impl Optimizer for Sgd {
+    fn step(&mut self, params: &[&Parameter], grads: &[Array], extra: &[&Array]) -> Result<()> {
+        self.run(params, Cow::Borrowed(grads), extra)
+    }
+
+    fn step_owned(
+        &mut self,
+        params: &[&Parameter],
+        grads: Vec<Array>,
+        extra: &[&Array],
+    ) -> Result<()> {
+        self.run(params, Cow::Owned(grads), extra)
     }
 
     fn learning_rate(&self) -> f64 {
@@ -665,8 +737,14 @@ impl Adam {
     }
 }
 
-impl Optimizer for Adam {
-    fn step(&mut self, params: &[&Parameter], grads: &[Array], extra: &[&Array]) -> Result<()> {
+impl Adam {
+    /// One step (see [`Optimizer::step`] and [`Optimizer::step_owned`]).
+    fn run(
+        &mut self,
+        params: &[&Parameter],
+        grads: Cow<'_, [Array]>,
+        extra: &[&Array],
+    ) -> Result<()> {
         let (lr, beta1, beta2, eps, wd) =
             (self.lr, self.beta1, self.beta2, self.eps, self.weight_decay);
         let betas_hint = "pass β₁ and β₂ in [0, 1) to Adam::betas (0.9 and 0.999 are usual)";
@@ -721,6 +799,21 @@ impl Optimizer for Adam {
                     slots: vec![m, v],
                 }
             })
+    }
+}
+
+impl Optimizer for Adam {
+    fn step(&mut self, params: &[&Parameter], grads: &[Array], extra: &[&Array]) -> Result<()> {
+        self.run(params, Cow::Borrowed(grads), extra)
+    }
+
+    fn step_owned(
+        &mut self,
+        params: &[&Parameter],
+        grads: Vec<Array>,
+        extra: &[&Array],
+    ) -> Result<()> {
+        self.run(params, Cow::Owned(grads), extra)
     }
 
     fn learning_rate(&self) -> f64 {

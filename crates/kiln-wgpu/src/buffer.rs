@@ -138,6 +138,8 @@ pub struct PoolStats {
     pub reused: u64,
     /// Allocations that created a buffer.
     pub created: u64,
+    /// Results written over a donated input's storage instead of a new buffer.
+    pub donated: u64,
 }
 
 /// Released buffers by size class, bounded in bytes; buffers over the bound are freed.
@@ -151,6 +153,7 @@ pub(crate) struct Pool {
     limit: AtomicU64,
     reused: AtomicU64,
     created: AtomicU64,
+    pub(crate) donated: AtomicU64,
 }
 
 /// The size class of a request: powers of two and 1.5× powers of two, at least 256 bytes.
@@ -174,6 +177,7 @@ impl Pool {
             limit: AtomicU64::new(limit),
             reused: AtomicU64::new(0),
             created: AtomicU64::new(0),
+            donated: AtomicU64::new(0),
         }
     }
 
@@ -226,6 +230,7 @@ impl Pool {
             limit: self.limit.load(Ordering::Relaxed),
             reused: self.reused.load(Ordering::Relaxed),
             created: self.created.load(Ordering::Relaxed),
+            donated: self.donated.load(Ordering::Relaxed),
         }
     }
 

@@ -66,7 +66,7 @@ use codegen::Bind;
 use kernels::{Dispatch, In, Work};
 use kiln_compiler::{Arg, Backend, Kernel, KernelKind, Launch};
 use kiln_ir::{DType, Error, HostData, Result};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The `tracing` target of this crate's diagnostics.
@@ -327,6 +327,7 @@ impl WgpuBackend {
         Ok(kiln_ir::DeviceData::new(Resident {
             core: self.core.clone(),
             buffer: Some(b),
+            donated: AtomicBool::new(false),
         }))
     }
 
@@ -532,15 +533,40 @@ impl Backend for WgpuBackend {
         Ok(kiln_ir::DeviceData::new(Resident {
             core: self.core.clone(),
             buffer: Some(buffer),
+            donated: AtomicBool::new(false),
         }))
     }
 
     fn resident<'a>(&self, value: &'a kiln_ir::DeviceData) -> Option<&'a GpuBuffer> {
         let r = value.buffer().as_any().downcast_ref::<Resident>()?;
-        if !Arc::ptr_eq(&r.core, &self.core) {
-            return None; // another backend's device
+        if !Arc::ptr_eq(&r.core, &self.core) || r.donated.load(Ordering::Acquire) {
+            return None; // another backend's device, or storage given away
         }
         r.buffer.as_ref()
+    }
+
+    fn donates(&self) -> bool {
+        true
+    }
+
+    /// The storage of a resident value of this device (the caller proved it unread from
+    /// now on); the value's handle then reads as an error.
+    fn donate(&self, value: &kiln_ir::DeviceData) -> Option<GpuBuffer> {
+        let r = value.buffer().as_any().downcast_ref::<Resident>()?;
+        if !Arc::ptr_eq(&r.core, &self.core) {
+            return None;
+        }
+        let b = r.buffer.as_ref()?;
+        if r.donated.swap(true, Ordering::AcqRel) {
+            return None; // already given away
+        }
+        self.core.pool.donated.fetch_add(1, Ordering::Relaxed);
+        Some(GpuBuffer {
+            buf: b.buf.clone(),
+            dtype: b.dtype,
+            len: b.len,
+            checks: b.checks.clone(),
+        })
     }
 
     fn launch(
@@ -578,8 +604,9 @@ impl WgpuBackend {
                 | KernelKind::ArgReduce { .. }
                 | KernelKind::MatMul { .. }
         );
-        // Inputs written in place: elementwise kernels read them through the output binding;
-        // other kinds read a copy taken first.
+        // Inputs written in place: elementwise kernels and a whole matmul's epilogue read
+        // them through the output binding (each output element is read, then written, by one
+        // thread); other kinds read a copy taken first.
         let mut copies: Vec<(usize, GpuBuffer)> = Vec::new();
         let how: Vec<In> = inputs
             .iter()
@@ -594,6 +621,7 @@ impl WgpuBackend {
                     Ok(In::Buffer)
                 }
                 Arg::Output(j) if elementwise => Ok(In::Output(*j)),
+                Arg::Output(j) if epilogue_in_place(kernel, x, windows) => Ok(In::Output(*j)),
                 Arg::Output(j) => {
                     let src = &outputs[*j];
                     let copy = self.new_buffer(src.dtype, src.len)?;
@@ -662,6 +690,13 @@ const LAUNCH_CACHE_ENTRIES: usize = 4096;
 struct Windows {
     inputs: Vec<Option<(u64, u64)>>,
     outputs: Vec<Option<(u64, u64)>>,
+}
+
+impl Windows {
+    /// Whether every buffer is bound whole (not one block of a split launch).
+    fn is_whole(&self) -> bool {
+        self.inputs.iter().chain(&self.outputs).all(Option::is_none)
+    }
 }
 
 /// A storage binding of `buf`: the window, or the whole buffer up to the binding limit (a
@@ -1446,6 +1481,9 @@ pub struct Resident {
     core: Arc<Core>,
     /// `Some` until dropped.
     buffer: Option<GpuBuffer>,
+    /// Set once the storage was donated to a run ([`Backend::donate`]): it now belongs to
+    /// that run's result, so this handle neither reads it nor hands it back.
+    donated: AtomicBool,
 }
 
 impl std::fmt::Debug for Resident {
@@ -1460,7 +1498,9 @@ impl std::fmt::Debug for Resident {
 impl Drop for Resident {
     fn drop(&mut self) {
         if let Some(b) = self.buffer.take() {
-            self.core.recycle(b.buf);
+            if !*self.donated.get_mut() {
+                self.core.recycle(b.buf);
+            }
         }
     }
 }
@@ -1480,6 +1520,9 @@ impl kiln_ir::DeviceBuffer for Resident {
             .buffer
             .as_ref()
             .ok_or_else(|| internal("a dropped resident value was read".into()))?;
+        if self.donated.load(Ordering::Acquire) {
+            return Err(donated_error(b));
+        }
         self.core.read_back(b, b.dtype, b.len)
     }
     fn as_any(&self) -> &dyn std::any::Any {
@@ -1492,6 +1535,24 @@ fn gcd(a: u64, b: u64) -> u64 {
         a
     } else {
         gcd(b, a % b)
+    }
+}
+
+/// Whether input `x` of `kernel` may be read through the output binding: an epilogue input of
+/// a matmul launched whole (one launch over unshifted views).
+fn epilogue_in_place(kernel: &Kernel, x: usize, windows: &Windows) -> bool {
+    matches!(kernel.kind, KernelKind::MatMul { epilogue: Some(_) }) && x >= 2 && windows.is_whole()
+}
+
+/// The error reading a donated value raises.
+fn donated_error(b: &GpuBuffer) -> Error {
+    Error::InvalidArgument {
+        op: "read",
+        message: format!(
+            "this array ({} {} elements) was donated to an evaluation that wrote its result over it",
+            b.len, b.dtype
+        ),
+        hint: "read the evaluation's result instead, or do not donate an array you read later".into(),
     }
 }
 

@@ -178,6 +178,9 @@ pub struct DeviceMemory {
     pub live_bytes: u64,
     /// Bytes of released buffers kept for reuse.
     pub pooled_bytes: u64,
+    /// Results written over a donated array's storage ([`crate::eval_donating`]) since the
+    /// device was opened.
+    pub donated: u64,
 }
 
 impl Device {
@@ -252,6 +255,7 @@ impl Device {
                     DeviceMemory {
                         live_bytes: p.live,
                         pooled_bytes: p.pooled,
+                        donated: p.donated,
                     }
                 }
                 Err(_) => DeviceMemory::default(),
@@ -501,4 +505,19 @@ pub fn set_default_device(device: Device) -> Result<()> {
 /// ```
 pub fn eval_on(device: Device, arrays: &[&Array]) -> Result<()> {
     crate::eval::eval_with(device, arrays)
+}
+
+/// Evaluates `arrays` on `device` as [`crate::eval_donating`] does: results may be written
+/// over the storage of `donated` arrays where nothing can read them afterwards.
+///
+/// ```
+/// use kiln::{Array, Device};
+/// let w = Array::from_vec(vec![1.0f32, 2.0], &[2])?;
+/// let next = &w * 0.5;
+/// kiln::eval_donating_on(Device::Cpu, &[&next], &[&w])?;
+/// assert_eq!(next.to_vec::<f32>()?, vec![0.5, 1.0]);
+/// # Ok::<(), kiln::Error>(())
+/// ```
+pub fn eval_donating_on(device: Device, arrays: &[&Array], donated: &[&Array]) -> Result<()> {
+    crate::eval::eval_donating_with(device, arrays, donated)
 }

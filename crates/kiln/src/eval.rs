@@ -12,7 +12,7 @@ use crate::device::{default_device, Device};
 use crate::Array;
 use kiln_compiler::{Backend, CacheStats, Compiled, Engine, Report, RunOptions};
 use kiln_cpu::CpuBackend;
-use kiln_ir::{LazyExpr, NodeRef, Result, Value};
+use kiln_ir::{DeviceData, LazyExpr, NodeRef, Result, Value};
 use std::sync::{Arc, OnceLock};
 
 /// The default bound of the graph cache (plans).
@@ -72,7 +72,11 @@ macro_rules! with_engine {
     };
 }
 
-fn evaluate_on<B: Backend>(e: &Engine<B>, nodes: &[&NodeRef]) -> Result<Vec<Value>> {
+fn evaluate_on<B: Backend>(
+    e: &Engine<B>,
+    nodes: &[&NodeRef],
+    donate: &[&DeviceData],
+) -> Result<Vec<Value>> {
     // Results stay where they were computed (a GPU keeps them; the CPU's are host data);
     // an input resident elsewhere is moved, or refused under strict placement.
     e.evaluate_with(
@@ -80,6 +84,7 @@ fn evaluate_on<B: Backend>(e: &Engine<B>, nodes: &[&NodeRef]) -> Result<Vec<Valu
         RunOptions {
             keep: true,
             strict: crate::device::strict_placement(),
+            donate,
         },
     )
 }
@@ -106,6 +111,46 @@ pub fn eval(arrays: &[&Array]) -> Result<()> {
 }
 
 pub(crate) fn eval_with(device: Device, arrays: &[&Array]) -> Result<()> {
+    eval_donating_with(device, arrays, &[])
+}
+
+/// Evaluates `arrays` as [`eval`] does, letting the evaluation write its results over the
+/// device storage of `donated` arrays instead of allocating, where that is safe: the
+/// **in-place update** of a training step (`w = w - lr * g` on the GPU).
+///
+/// A donated array's storage is written over only when kiln proves that nothing can read it
+/// afterwards: it is resident on the evaluating device; no other array shares its storage;
+/// its only handles are the ones passed in `donated`; every unevaluated array that reads it
+/// on the way to `arrays` is held by nothing but the graph (or is itself in `arrays`); the
+/// graph has no fallible gather or scatter; and a result is computed from it elementwise, as
+/// its last reader, with its dtype and size.
+/// Otherwise it is left alone and the evaluation allocates, as [`eval`] does.
+/// On the CPU, nothing is donated.
+///
+/// After a donation the donated array's handles read as an error (a host copy made before
+/// still reads): drop them, or replace them with the results, as an optimizer does.
+/// An evaluation that fails after it wrote over a donor (a device error such as running out
+/// of memory; value errors are excluded above) leaves that donor unreadable the same way.
+/// [`Device::memory`]'s `donated` counts the results written over donated storage.
+///
+/// ```
+/// use kiln::Array;
+/// let w = Array::from_vec(vec![1.0f32, 2.0], &[2])?;
+/// let g = Array::from_vec(vec![0.5f32, 0.5], &[2])?;
+/// let next = &w - &(&g * 0.1);
+/// kiln::eval_donating(&[&next], &[&w])?; // on the CPU: evaluated as by `eval`
+/// assert_eq!(next.to_vec::<f32>()?, vec![0.95, 1.95]);
+/// # Ok::<(), kiln::Error>(())
+/// ```
+pub fn eval_donating(arrays: &[&Array], donated: &[&Array]) -> Result<()> {
+    eval_donating_with(default_device(), arrays, donated)
+}
+
+pub(crate) fn eval_donating_with(
+    device: Device,
+    arrays: &[&Array],
+    donated: &[&Array],
+) -> Result<()> {
     let pending: Vec<&NodeRef> = arrays
         .iter()
         .map(|a| &a.node)
@@ -114,7 +159,17 @@ pub(crate) fn eval_with(device: Device, arrays: &[&Array]) -> Result<()> {
     if pending.is_empty() {
         return Ok(());
     }
-    let values = with_engine!(device, |e| evaluate_on(e, &pending))?;
+    let donors: Vec<&NodeRef> = donated.iter().map(|a| &a.node).collect();
+    let donate: Vec<&DeviceData> = if donors.is_empty() {
+        Vec::new()
+    } else {
+        kiln_ir::donatable(&pending, &donors)
+            .into_iter()
+            .zip(&donors)
+            .filter_map(|(ok, n)| if ok { n.resident() } else { None })
+            .collect()
+    };
+    let values = with_engine!(device, |e| evaluate_on(e, &pending, &donate))?;
     for (node, value) in pending.into_iter().zip(values) {
         node.set_evaluated(value);
     }

@@ -46,11 +46,11 @@ mod reduce;
 
 pub use array::Array;
 pub use device::{
-    default_device, eval_on, set_default_device, set_strict_placement, strict_placement, Device,
-    DeviceMemory, Transfers,
+    default_device, eval_donating_on, eval_on, set_default_device, set_strict_placement,
+    strict_placement, Device, DeviceMemory, Transfers,
 };
 pub use eval::{
-    cache_stats, clear_cache, eval, inspect, lower, set_cache_capacity, Inspection,
+    cache_stats, clear_cache, eval, eval_donating, inspect, lower, set_cache_capacity, Inspection,
     DEFAULT_CACHE_CAPACITY,
 };
 pub use grad::{grad, value_and_grad, vjp};

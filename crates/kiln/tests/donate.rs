@@ -1,0 +1,276 @@
+//! In-place updates on the GPU (`kiln::eval_donating`; feature `wgpu`; skipped with a message
+//! without an adapter unless `KILN_REQUIRE_GPU=1`): a training step writes its new
+//! parameters over the old ones, with the CPU's results; an array anything else can still
+//! read is never written over (another handle, a held array computed from it, a plan with a
+//! fallible gather); a donated array reads as an error; a long loop keeps memory flat.
+//!
+//! Depends on kiln's public API only.
+#![cfg(feature = "wgpu")]
+
+mod common;
+
+use kiln::{Array, DType, Device};
+use std::sync::Mutex;
+
+/// The device counters are process-wide: tests that read them run one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn close(got: &[f32], want: &[f32], tol: f32, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= tol * (1.0 + w.abs()),
+            "{what}[{i}]: got {g}, want {w} (tolerance {tol})"
+        );
+    }
+}
+
+/// The loss of a small MLP and its gradients, as a user writes them.
+fn loss_and_grads(params: &[Array], x: &Array, y: &Array) -> (Array, Vec<Array>) {
+    let (w1, b1, w2, b2) = (&params[0], &params[1], &params[2], &params[3]);
+    let h = (x.matmul(w1) + b1).relu();
+    let logits = h.matmul(w2) + b2;
+    let n = x.shape()[0] as f32;
+    let loss = -(logits.log_softmax(-1) * y).sum(None, false) / n;
+    let g = kiln::grad(&loss, &[w1, b1, w2, b2]).unwrap();
+    (loss, g)
+}
+
+/// New parameters `p - 0.05 g` and the loss; the gradients are dropped here.
+fn sgd_step(params: &[Array], x: &Array, y: &Array) -> (Vec<Array>, Array) {
+    let (loss, g) = loss_and_grads(params, x, y);
+    let new = params
+        .iter()
+        .zip(&g)
+        .map(|(p, g)| p - &(g * 0.05f32))
+        .collect();
+    (new, loss)
+}
+
+fn init(device: Device) -> Vec<Array> {
+    let p = [
+        Array::uniform(&[64, 32], -0.2, 0.2, 1, DType::F32).unwrap(),
+        Array::zeros(&[32], DType::F32),
+        Array::uniform(&[32, 10], -0.2, 0.2, 2, DType::F32).unwrap(),
+        Array::zeros(&[10], DType::F32),
+    ];
+    p.iter()
+        .map(|a| a.to_host().unwrap().to_device(device).unwrap())
+        .collect()
+}
+
+fn batch(step: u64, n: usize) -> (Array, Array) {
+    let x = Array::uniform(&[n, 64], -1.0, 1.0, 100 + step, DType::F32)
+        .unwrap()
+        .to_host()
+        .unwrap();
+    let labels: Vec<i64> = (0..n as i64).map(|i| (i * 3 + step as i64) % 10).collect();
+    let y = Array::from_vec(labels, &[n])
+        .unwrap()
+        .one_hot(10, DType::F32)
+        .to_host()
+        .unwrap();
+    (x, y)
+}
+
+fn param_bytes(params: &[Array]) -> u64 {
+    params.iter().map(|p| p.size() as u64 * 4).sum()
+}
+
+#[test]
+fn a_training_step_writes_its_parameters_over_the_old_ones() {
+    if !common::wgpu_or_skip("donation") {
+        return;
+    }
+    let _s = serial();
+    let n = 16;
+    let mut gpu = init(Device::Wgpu);
+    let mut cpu = init(Device::Cpu);
+    for step in 0..5 {
+        let (x, y) = batch(step, n);
+        let (new, loss) = sgd_step(&gpu, &x, &y);
+        let refs: Vec<&Array> = new.iter().chain([&loss]).collect();
+        let donors: Vec<&Array> = gpu.iter().collect();
+        Device::Wgpu.synchronize();
+        let before = Device::Wgpu.memory();
+        kiln::eval_donating_on(Device::Wgpu, &refs, &donors).unwrap();
+        let after = Device::Wgpu.memory();
+        assert_eq!(
+            after.donated - before.donated,
+            4,
+            "step {step}: every parameter written in place"
+        );
+        // The old and new parameters never coexist: the live bytes grow by less than one
+        // copy of the model (the new values took the old storage).
+        assert!(
+            after.live_bytes < before.live_bytes + param_bytes(&gpu),
+            "step {step}: live bytes {} -> {} with {} bytes of parameters",
+            before.live_bytes,
+            after.live_bytes,
+            param_bytes(&gpu)
+        );
+        // The old handles read as an error naming the donation, not as the new values.
+        let e = gpu[0].to_vec::<f32>().unwrap_err().to_string();
+        assert!(e.contains("donated"), "{e}");
+        gpu = new;
+        let l = loss.item::<f32>().unwrap();
+        // The same step on the CPU (the CPU backend is checked against numpy and the
+        // reference interpreter by its own suites).
+        let (new, loss) = sgd_step(&cpu, &x, &y);
+        let refs: Vec<&Array> = new.iter().chain([&loss]).collect();
+        let donors: Vec<&Array> = cpu.iter().collect();
+        kiln::eval_donating_on(Device::Cpu, &refs, &donors).unwrap();
+        close(&[l], &[loss.item::<f32>().unwrap()], 1e-4, "loss");
+        cpu = new;
+    }
+    for (i, (g, c)) in gpu.iter().zip(&cpu).enumerate() {
+        close(
+            &g.to_vec::<f32>().unwrap(),
+            &c.to_vec::<f32>().unwrap(),
+            1e-4,
+            &format!("parameter {i} after 5 in-place steps"),
+        );
+    }
+}
+
+#[test]
+fn an_array_another_handle_reads_is_never_written_over() {
+    if !common::wgpu_or_skip("donation") {
+        return;
+    }
+    let _s = serial();
+    let gpu = init(Device::Wgpu);
+    let host: Vec<Vec<f32>> = gpu
+        .iter()
+        .map(|p| p.to_host().unwrap().to_vec::<f32>().unwrap())
+        .collect();
+    // Fresh placements: no host copy left in the nodes, so a read goes to the device.
+    let gpu: Vec<Array> = gpu
+        .iter()
+        .map(|p| p.to_host().unwrap().to_device(Device::Wgpu).unwrap())
+        .collect();
+    let kept = gpu[0].clone(); // a second handle on w1
+    let (x, y) = batch(0, 8);
+    let (new, loss) = sgd_step(&gpu, &x, &y);
+    let refs: Vec<&Array> = new.iter().chain([&loss]).collect();
+    let donors: Vec<&Array> = gpu.iter().collect();
+    let before = Device::Wgpu.memory().donated;
+    kiln::eval_donating_on(Device::Wgpu, &refs, &donors).unwrap();
+    assert_eq!(Device::Wgpu.memory().donated - before, 3, "all but w1");
+    assert_eq!(kept.to_vec::<f32>().unwrap(), host[0], "w1 as it was");
+    assert_eq!(gpu[0].to_vec::<f32>().unwrap(), host[0]);
+}
+
+#[test]
+fn a_held_array_computed_from_a_donor_keeps_it_unwritten() {
+    if !common::wgpu_or_skip("donation") {
+        return;
+    }
+    let _s = serial();
+    let gpu = init(Device::Wgpu);
+    let cpu = init(Device::Cpu);
+    let (x, y) = batch(1, 8);
+    // The gradients stay held (unevaluated) across the step: they read every parameter
+    // (through the forward pass), so nothing may be written over.
+    let (loss, grads) = loss_and_grads(&gpu, &x, &y);
+    let new: Vec<Array> = gpu
+        .iter()
+        .zip(&grads)
+        .map(|(p, g)| p - &(g * 0.05f32))
+        .collect();
+    let refs: Vec<&Array> = new.iter().chain([&loss]).collect();
+    let donors: Vec<&Array> = gpu.iter().collect();
+    let before = Device::Wgpu.memory().donated;
+    kiln::eval_donating_on(Device::Wgpu, &refs, &donors).unwrap();
+    assert_eq!(Device::Wgpu.memory().donated - before, 0);
+    // Evaluated afterwards, the held gradients are the CPU's.
+    let (_, want) = loss_and_grads(&cpu, &x, &y);
+    for (i, (g, w)) in grads.iter().zip(&want).enumerate() {
+        close(
+            &g.to_vec::<f32>().unwrap(),
+            &w.to_vec::<f32>().unwrap(),
+            1e-4,
+            &format!("gradient {i}"),
+        );
+    }
+}
+
+#[test]
+fn a_plan_with_a_fallible_gather_donates_nothing() {
+    if !common::wgpu_or_skip("donation") {
+        return;
+    }
+    let _s = serial();
+    let table: Vec<f32> = (0..40).map(|i| i as f32 * 0.25).collect();
+    let w = Array::from_vec(table.clone(), &[10, 4])
+        .unwrap()
+        .to_device(Device::Wgpu)
+        .unwrap();
+    let ids = Array::from_vec(vec![3i64, 7, 3], &[3]).unwrap();
+    let loss = w.take(&ids, 0).square().sum(None, false);
+    let g = kiln::grad(&loss, &[&w]).unwrap().remove(0);
+    let next = &w - &(&g * 0.1f32);
+    drop(g);
+    let before = Device::Wgpu.memory().donated;
+    kiln::eval_donating_on(Device::Wgpu, &[&next, &loss], &[&w]).unwrap();
+    assert_eq!(Device::Wgpu.memory().donated - before, 0);
+    // Reference by hand: rows 3 (taken twice) and 7 move by 0.1 × 2 × count × value.
+    let mut want = table.clone();
+    for (row, count) in [(3usize, 2.0f32), (7, 1.0)] {
+        for c in 0..4 {
+            let v = table[row * 4 + c];
+            want[row * 4 + c] = v - 0.1 * 2.0 * count * v;
+        }
+    }
+    close(
+        &next.to_vec::<f32>().unwrap(),
+        &want,
+        1e-6,
+        "embedding update",
+    );
+    assert_eq!(w.to_vec::<f32>().unwrap(), table, "the table as it was");
+}
+
+#[test]
+fn in_place_steps_keep_device_memory_flat() {
+    if !common::wgpu_or_skip("donation") {
+        return;
+    }
+    let _s = serial();
+    let mut params = init(Device::Wgpu);
+    let (x, y) = batch(0, 8);
+    let (x, y) = (
+        x.to_device(Device::Wgpu).unwrap(),
+        y.to_device(Device::Wgpu).unwrap(),
+    );
+    let before = Device::Wgpu.memory().donated;
+    let mut live = Vec::new();
+    let mut losses = Vec::new();
+    for step in 0..300 {
+        let (new, loss) = sgd_step(&params, &x, &y);
+        let refs: Vec<&Array> = new.iter().chain([&loss]).collect();
+        let donors: Vec<&Array> = params.iter().collect();
+        kiln::eval_donating_on(Device::Wgpu, &refs, &donors).unwrap();
+        params = new;
+        if step == 0 || step == 299 {
+            losses.push(loss.item::<f32>().unwrap());
+        }
+        if step % 50 == 49 {
+            Device::Wgpu.synchronize();
+            live.push(Device::Wgpu.memory().live_bytes);
+        }
+    }
+    assert_eq!(Device::Wgpu.memory().donated - before, 4 * 300);
+    assert!(
+        live.windows(2).all(|w| w[1] <= w[0]),
+        "device memory in use after every 50 steps grew: {live:?}"
+    );
+    assert!(
+        losses[1] < losses[0],
+        "training on one batch lowers its loss: {losses:?}"
+    );
+}
