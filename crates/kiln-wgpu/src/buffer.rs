@@ -154,6 +154,9 @@ pub(crate) struct Pool {
     reused: AtomicU64,
     created: AtomicU64,
     pub(crate) donated: AtomicU64,
+    /// Buffers freed (not kept for reuse) so far, and clears: cached bind groups made
+    /// before a change here may name storage the pool let go.
+    freed: AtomicU64,
 }
 
 /// The size class of a request: powers of two and 1.5× powers of two, at least 256 bytes.
@@ -178,6 +181,7 @@ impl Pool {
             reused: AtomicU64::new(0),
             created: AtomicU64::new(0),
             donated: AtomicU64::new(0),
+            freed: AtomicU64::new(0),
         }
     }
 
@@ -212,6 +216,7 @@ impl Pool {
         let class = buf.size();
         self.live.fetch_sub(class, Ordering::Relaxed);
         if self.pooled.load(Ordering::Relaxed) + class > self.limit.load(Ordering::Relaxed) {
+            self.freed.fetch_add(1, Ordering::Relaxed);
             return; // dropped: freed once the GPU is done with it
         }
         self.pooled.fetch_add(class, Ordering::Relaxed);
@@ -241,8 +246,14 @@ impl Pool {
         }
     }
 
+    /// Buffers freed so far (see [`Pool::freed`]).
+    pub fn freed(&self) -> u64 {
+        self.freed.load(Ordering::Relaxed)
+    }
+
     pub fn clear(&self) {
         let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        self.freed.fetch_add(1, Ordering::Relaxed);
         free.clear();
         self.pooled.store(0, Ordering::Relaxed);
     }

@@ -8,6 +8,11 @@
 //!   sizes, strides, offsets and scalar values travel in a small per-launch word table
 //!   (`kmeta`), so a new batch size or learning rate reuses the compiled pipeline, as the
 //!   graph cache reuses plans. Pipelines are cached by their WGSL text ([`PipelineStats`]).
+//!   Each launch's generated WGSL, word tables (uploaded once) and pipelines are cached per
+//!   kernel and launch; so are the bind groups of its last few launches, reused when the
+//!   same buffers are bound again (`KILN_WGPU_BINDS=0` turns that off, for A/B timings).
+//! * **Donation**: a resident value the caller donated and nothing else reads becomes the
+//!   buffer a result is written into (`Backend::donate`; an in-place optimizer step).
 //! * **Buffers** ([`GpuBuffer`]) come from a pool by size class (bounded in bytes,
 //!   [`PoolStats`]); `bool` is stored as `u32`. The compiler's in-place writes never bind one
 //!   buffer twice: an elementwise kernel reads an aliased input through its own output
@@ -108,6 +113,10 @@ pub struct PipelineStats {
     pub misses: u64,
     /// Pipelines held.
     pub entries: usize,
+    /// Bind groups made.
+    pub bind_groups_made: u64,
+    /// Bind groups reused from the launch before (the same buffers bound again).
+    pub bind_groups_reused: u64,
 }
 
 /// The wgpu backend: one device and queue, a pipeline cache and a buffer pool.
@@ -122,8 +131,15 @@ pub struct WgpuBackend {
     core: Arc<Core>,
     pipelines: Mutex<hashbrown::HashMap<String, wgpu::ComputePipeline>>,
     launches: Mutex<LaunchCache>,
+    /// The pool's `freed` count at the last sweep of cached bind groups.
+    swept: AtomicU64,
+    /// Whether bind groups are reused (`KILN_WGPU_BINDS=0` makes one per launch, for A/B
+    /// timings).
+    reuse_binds: bool,
     hits: AtomicU64,
     misses: AtomicU64,
+    binds_made: AtomicU64,
+    binds_reused: AtomicU64,
 }
 
 /// What resident values share with the backend: the device and queue, the pool their
@@ -150,6 +166,10 @@ pub(crate) struct Core {
 #[derive(Default)]
 pub(crate) struct Pending {
     enc: Option<wgpu::CommandEncoder>,
+    /// The compute pass the launches record into, open until a copy or the submission
+    /// needs the encoder (one pass for a run of dispatches: wgpu orders the dispatches of a
+    /// pass and makes each one's writes visible to the next, as it does across passes).
+    pass: Option<wgpu::ComputePass<'static>>,
     release: Vec<wgpu::Buffer>,
 }
 
@@ -201,7 +221,11 @@ impl WgpuBackend {
             }),
             pipelines: Mutex::new(hashbrown::HashMap::new()),
             launches: Mutex::new(LaunchCache::default()),
+            swept: AtomicU64::new(0),
+            reuse_binds: std::env::var("KILN_WGPU_BINDS").map_or(true, |v| v != "0"),
             hits: AtomicU64::new(0),
+            binds_made: AtomicU64::new(0),
+            binds_reused: AtomicU64::new(0),
             misses: AtomicU64::new(0),
         })
     }
@@ -233,6 +257,8 @@ impl WgpuBackend {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .len(),
+            bind_groups_made: self.binds_made.load(Ordering::Relaxed),
+            bind_groups_reused: self.binds_reused.load(Ordering::Relaxed),
         }
     }
 
@@ -349,6 +375,9 @@ impl WgpuBackend {
             eprintln!("kiln-wgpu: new pipeline\n{source}");
         }
         let device = &self.core.gpu.device;
+        // Validation errors (WGSL) and internal ones (the driver's own compiler refusing the
+        // translated shader) both become this launch's error, never a later panic.
+        let internal_scope = device.push_error_scope(wgpu::ErrorFilter::Internal);
         let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some("kiln kernel"),
@@ -362,7 +391,12 @@ impl WgpuBackend {
             compilation_options: Default::default(),
             cache: None,
         });
-        if let Some(e) = pollster::block_on(scope.pop()) {
+        // A pipeline the driver could not build may only say so when its layout is asked
+        // for: ask inside the scopes.
+        let _ = pipeline.get_bind_group_layout(0);
+        let validation = pollster::block_on(scope.pop());
+        let driver = pollster::block_on(internal_scope.pop());
+        if let Some(e) = validation.or(driver) {
             return Err(internal(format!(
                 "the generated WGSL failed to compile: {e}\n{source}"
             )));
@@ -399,12 +433,17 @@ impl WgpuBackend {
     /// Runs the dispatches of one kernel; `bufs` resolves each binding.
     fn submit(
         &self,
-        work: &[(&Dispatch, Vec<wgpu::BindingResource<'_>>)],
+        work: &[&Dispatch],
+        groups: &[wgpu::BindGroup],
         pipelines: &[wgpu::ComputePipeline],
         pre: &[(&wgpu::Buffer, &wgpu::Buffer, u64)],
     ) {
         let device = &self.core.gpu.device;
-        let mut pending = self.core.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = self.core.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let pending = &mut *guard;
+        if !pre.is_empty() {
+            pending.pass = None; // ends the pass: copies go to the encoder
+        }
         let enc = pending.enc.get_or_insert_with(|| {
             device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
                 label: Some("kiln launches"),
@@ -413,20 +452,7 @@ impl WgpuBackend {
         for (src, dst, bytes) in pre {
             enc.copy_buffer_to_buffer(src, 0, dst, 0, *bytes);
         }
-        for ((d, res), p) in work.iter().zip(pipelines) {
-            let entries: Vec<wgpu::BindGroupEntry<'_>> = res
-                .iter()
-                .enumerate()
-                .map(|(i, r)| wgpu::BindGroupEntry {
-                    binding: i as u32,
-                    resource: r.clone(),
-                })
-                .collect();
-            let bg = device.create_bind_group(&wgpu::BindGroupDescriptor {
-                label: None,
-                layout: &p.get_bind_group_layout(0),
-                entries: &entries,
-            });
+        for ((d, bg), p) in work.iter().zip(groups).zip(pipelines) {
             let grid = d.grid.unwrap_or_else(|| {
                 let maxd = self.core.gpu.caps.max_groups_per_dim as u64;
                 let x = d.groups.min(maxd);
@@ -436,15 +462,18 @@ impl WgpuBackend {
             if grid.contains(&0) {
                 continue;
             }
-            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: None,
-                timestamp_writes: None,
+            let pass = pending.pass.get_or_insert_with(|| {
+                enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: None,
+                    timestamp_writes: None,
+                })
+                .forget_lifetime()
             });
             pass.set_pipeline(p);
-            pass.set_bind_group(0, &bg, &[]);
+            pass.set_bind_group(0, bg, &[]);
             pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
         }
-        drop(pending);
+        drop(guard);
         if !self.core.batch {
             self.core.flush();
         }
@@ -658,6 +687,33 @@ pub(crate) struct Generated {
     remap: Vec<Option<usize>>,
     /// The dispatches' pipelines, compiled (or found in the pipeline cache) on first use.
     pipelines: std::sync::OnceLock<Vec<wgpu::ComputePipeline>>,
+    /// The dispatches' word and `f64` tables, uploaded on first use: they depend only on
+    /// what the launch cache compares.
+    tables: std::sync::OnceLock<Tables>,
+    /// The bind groups of the last few launches ([`BIND_SETS`], most recent first) and the
+    /// bindings they were made for, reused by a launch that binds the same buffers (a
+    /// loop's steady state, where the pool hands out the same buffers again, often
+    /// alternating between two). Emptied whenever the pool frees a buffer, so a cached bind
+    /// group never keeps storage alive that the pool let go.
+    binds: Mutex<Vec<CachedBinds>>,
+}
+
+/// The per-dispatch constant tables of a cached launch (see [`Generated::tables`]).
+struct Tables {
+    metas: Vec<wgpu::Buffer>,
+    f64s: Vec<Option<wgpu::Buffer>>,
+}
+
+/// Bind-group sets kept per cached launch.
+const BIND_SETS: usize = 4;
+
+/// One binding: the buffer, its offset and its size.
+type BindSpec = (wgpu::Buffer, u64, u64);
+
+/// Bind groups made for the bindings `specs` (one list per dispatch).
+struct CachedBinds {
+    specs: Vec<Vec<BindSpec>>,
+    groups: Vec<wgpu::BindGroup>,
 }
 
 /// A cached launch: everything generation reads, and what it gave.
@@ -699,18 +755,35 @@ impl Windows {
     }
 }
 
-/// A storage binding of `buf`: the window, or the whole buffer up to the binding limit (a
-/// pooled buffer may be larger than the value it holds).
-fn binding(
-    buf: &wgpu::Buffer,
-    window: Option<(u64, u64)>,
-    limit: u64,
-) -> wgpu::BindingResource<'_> {
+/// The offset and size of a storage binding of `buf`: the window, or the whole buffer up to
+/// the binding limit (a pooled buffer may be larger than the value it holds).
+fn binding_window(buf: &wgpu::Buffer, window: Option<(u64, u64)>, limit: u64) -> (u64, u64) {
     let (offset, size) = window.unwrap_or((0, buf.size().min(limit / 4 * 4)));
-    wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-        buffer: buf,
-        offset,
-        size: std::num::NonZeroU64::new(size.max(4)),
+    (offset, size.max(4))
+}
+
+/// A bind group of `pipeline`'s layout over the bindings `specs`, in binding order.
+fn bind_group(
+    device: &wgpu::Device,
+    pipeline: &wgpu::ComputePipeline,
+    specs: &[BindSpec],
+) -> wgpu::BindGroup {
+    let entries: Vec<wgpu::BindGroupEntry<'_>> = specs
+        .iter()
+        .enumerate()
+        .map(|(i, (buffer, offset, size))| wgpu::BindGroupEntry {
+            binding: i as u32,
+            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer,
+                offset: *offset,
+                size: std::num::NonZeroU64::new(*size),
+            }),
+        })
+        .collect();
+    device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: None,
+        layout: &pipeline.get_bind_group_layout(0),
+        entries: &entries,
     })
 }
 
@@ -1061,6 +1134,24 @@ impl WgpuBackend {
     /// launch before (every field compared, so a hit is exactly what generation would give),
     /// else generated now and cached. Generating the WGSL text and its word table is a
     /// sizeable part of a small kernel's host time; a training loop repeats its launches.
+    /// Empties every cached launch's bind groups if the pool freed a buffer since the last
+    /// sweep (a cached bind group would keep that storage alive).
+    fn sweep_binds(&self) {
+        let freed = self.core.pool.freed();
+        if self.swept.load(Ordering::Relaxed) == freed {
+            return;
+        }
+        let cache = self.launches.lock().unwrap_or_else(|e| e.into_inner());
+        for c in cache.map.values().flatten() {
+            c.generated
+                .binds
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clear();
+        }
+        self.swept.store(freed, Ordering::Relaxed);
+    }
+
     fn generated(
         &self,
         kernel: &Kernel,
@@ -1167,6 +1258,8 @@ impl WgpuBackend {
             error_dtype,
             remap,
             pipelines: std::sync::OnceLock::new(),
+            tables: std::sync::OnceLock::new(),
+            binds: Mutex::new(Vec::new()),
         })
     }
 
@@ -1202,27 +1295,30 @@ impl WgpuBackend {
             .iter()
             .map(|&(d, n)| self.new_buffer(d, n))
             .collect::<Result<_>>()?;
-        let metas: Vec<wgpu::Buffer> = work
-            .dispatches
-            .iter()
-            .map(|d| {
-                let mut bytes: Vec<u8> = d.meta.iter().flat_map(|w| w.to_le_bytes()).collect();
-                if bytes.is_empty() {
-                    bytes.extend_from_slice(&[0; 4]);
-                }
-                self.core.table(&bytes)
-            })
-            .collect();
-        let f64s: Vec<Option<wgpu::Buffer>> = work
-            .dispatches
-            .iter()
-            .map(|d| {
-                (!d.f64s.is_empty()).then(|| {
-                    let bytes: Vec<u8> = d.f64s.iter().flat_map(|v| v.to_le_bytes()).collect();
-                    self.core.table(&bytes)
+        let tables = generated.tables.get_or_init(|| Tables {
+            metas: work
+                .dispatches
+                .iter()
+                .map(|d| {
+                    let mut bytes: Vec<u8> = d.meta.iter().flat_map(|w| w.to_le_bytes()).collect();
+                    if bytes.is_empty() {
+                        bytes.extend_from_slice(&[0; 4]);
+                    }
+                    self.core.constant(&bytes)
                 })
-            })
-            .collect();
+                .collect(),
+            f64s: work
+                .dispatches
+                .iter()
+                .map(|d| {
+                    (!d.f64s.is_empty()).then(|| {
+                        let bytes: Vec<u8> = d.f64s.iter().flat_map(|v| v.to_le_bytes()).collect();
+                        self.core.constant(&bytes)
+                    })
+                })
+                .collect(),
+        });
+        let (metas, f64s) = (&tables.metas, &tables.f64s);
         let input_buf = |x: usize| -> Result<&wgpu::Buffer> {
             if let Some((_, c)) = copies.iter().find(|(i, _)| *i == x) {
                 return Ok(&c.buf);
@@ -1244,7 +1340,7 @@ impl WgpuBackend {
                     ),
                 ));
             }
-            let mut res: Vec<wgpu::BindingResource<'_>> = vec![metas[di].as_entire_binding()];
+            let mut res: Vec<BindSpec> = vec![(metas[di].clone(), 0, metas[di].size())];
             for b in &d.binds {
                 let window = match *b {
                     Bind::Input(x) => {
@@ -1268,7 +1364,8 @@ impl WgpuBackend {
                         .ok_or_else(|| internal("status missing".into()))?,
                     Bind::Extra(i) => &extras[i].buf,
                 };
-                res.push(binding(buf, window, caps.max_binding_bytes));
+                let (offset, size) = binding_window(buf, window, caps.max_binding_bytes);
+                res.push((buf.clone(), offset, size));
             }
             bound.push((d, res));
         }
@@ -1298,11 +1395,55 @@ impl WgpuBackend {
                 generated.pipelines.get_or_init(|| p)
             }
         };
-        self.submit(&bound, pipes, &pre);
+        // Bind groups: the last launch's when it bound the same buffers (never with a
+        // status word: that buffer is new at every launch).
+        let reuse = status.is_none() && self.reuse_binds;
+        let cached: Option<Vec<wgpu::BindGroup>> = if reuse {
+            self.sweep_binds();
+            let mut binds = generated.binds.lock().unwrap_or_else(|e| e.into_inner());
+            let same = |c: &CachedBinds| {
+                c.specs.len() == bound.len() && c.specs.iter().zip(&bound).all(|(a, (_, b))| a == b)
+            };
+            binds.iter().position(same).map(|k| {
+                let c = binds.remove(k);
+                let g = c.groups.clone();
+                binds.insert(0, c);
+                g
+            })
+        } else {
+            None
+        };
+        let groups = match cached {
+            Some(g) => {
+                self.binds_reused
+                    .fetch_add(g.len() as u64, Ordering::Relaxed);
+                g
+            }
+            None => {
+                self.binds_made
+                    .fetch_add(bound.len() as u64, Ordering::Relaxed);
+                let g: Vec<wgpu::BindGroup> = bound
+                    .iter()
+                    .zip(pipes)
+                    .map(|((_, res), p)| bind_group(device, p, res))
+                    .collect();
+                if reuse {
+                    let mut binds = generated.binds.lock().unwrap_or_else(|e| e.into_inner());
+                    binds.insert(
+                        0,
+                        CachedBinds {
+                            specs: bound.iter().map(|(_, r)| r.clone()).collect(),
+                            groups: g.clone(),
+                        },
+                    );
+                    binds.truncate(BIND_SETS);
+                }
+                g
+            }
+        };
+        let dispatches: Vec<&Dispatch> = bound.iter().map(|(d, _)| *d).collect();
         drop(bound);
-        for t in metas.into_iter().chain(f64s.into_iter().flatten()) {
-            self.core.recycle(t);
-        }
+        self.submit(&dispatches, &groups, pipes, &pre);
         for e in extras {
             self.core.recycle(e.buf);
         }
@@ -1347,6 +1488,7 @@ impl Core {
     fn flush(&self) {
         let release = {
             let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            p.pass = None; // ends the pass before the encoder finishes
             if let Some(enc) = p.enc.take() {
                 self.gpu.queue.submit([enc.finish()]);
             }
@@ -1369,11 +1511,17 @@ impl Core {
         self.pool.put(buf);
     }
 
-    /// A storage buffer holding `bytes` (a launch's word or `f64` table), from the pool.
-    fn table(&self, bytes: &[u8]) -> wgpu::Buffer {
-        let b = self.pool.take(&self.gpu.device, bytes.len() as u64);
-        self.gpu.queue.write_buffer(&b, 0, bytes);
-        b
+    /// A storage buffer holding `bytes` for good (a cached launch's word or `f64` table):
+    /// written at creation, outside the pool, dropped with the launch cache's entry.
+    fn constant(&self, bytes: &[u8]) -> wgpu::Buffer {
+        use wgpu::util::DeviceExt;
+        self.gpu
+            .device
+            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some("kiln table"),
+                contents: bytes,
+                usage: wgpu::BufferUsages::STORAGE,
+            })
     }
 
     /// The first `len` elements of `buffer` (waits for the device; reports the value errors

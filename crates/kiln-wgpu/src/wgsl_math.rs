@@ -257,6 +257,9 @@ fn k_expm1_T(x: T) -> T {
     let um1 = u - T(1.0);
     if (um1 == T(-1.0)) { return T(-1.0); }
     if (u == k_inf_T() || k_isnan_T(x)) { return u; }
+    // Past where subtracting 1 changes nothing, exp(x) is the answer: Kahan's correction
+    // would only add the error of log(u).
+    if (um1 == u) { return u; }
     return um1 * x / k_log_T(u);
 }
 ";

@@ -474,6 +474,43 @@ fn a_repeated_launch_is_generated_once_and_a_changed_one_again() {
 }
 
 #[test]
+fn a_loop_rebinds_the_same_buffers_with_its_cached_bind_groups() {
+    let Some(e) = engine() else { return };
+    // A resident loop: `x <- tanh(x * w) + b` over the same sizes, each step's buffers from
+    // the pool. After warming up, steps reuse the bind groups of the step before, and the
+    // values still follow the reference step by step.
+    let n = 512;
+    let data = |s: f32| {
+        let v: Vec<f32> = (0..n)
+            .map(|i| ((i * 37) % 101) as f32 / 50.0 - 1.0 + s)
+            .collect();
+        build::data(HostData::from(v), Shape::from([n])).unwrap()
+    };
+    let (w, b) = (data(0.1), data(-0.2));
+    let mut x = data(0.0);
+    let mut reused = 0;
+    for step in 0..12 {
+        let xw = build::binary(BinaryOp::Mul, &x, &w).unwrap();
+        let t = build::unary(UnaryOp::Tanh, &xw).unwrap();
+        let y = build::binary(BinaryOp::Add, &t, &b).unwrap();
+        let before = e.backend().pipeline_stats();
+        let got = e.evaluate(&[&y]).unwrap();
+        let after = e.backend().pipeline_stats();
+        assert_close(&got[0], &reference(&[&y]).unwrap()[0], 1e-5);
+        if step >= 4 {
+            reused += after.bind_groups_reused - before.bind_groups_reused;
+        }
+        x = build::data(got.into_iter().next().unwrap(), Shape::from([n])).unwrap();
+    }
+    // Each step uploads x (a pooled buffer, the same after a few steps) and writes y into
+    // another; the last 8 steps find their bind group at least half the time.
+    assert!(
+        reused >= 4,
+        "bind groups reused in the last 8 steps: {reused}"
+    );
+}
+
+#[test]
 fn softmax_stores_exp_once_from_its_sum_on_every_reduction_path() {
     let Some(e) = engine() else { return };
     // Serial rows (10 elements), one chunk per row (1,000), and rows over several chunks

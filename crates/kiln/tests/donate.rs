@@ -274,3 +274,140 @@ fn in_place_steps_keep_device_memory_flat() {
         "training on one batch lowers its loss: {losses:?}"
     );
 }
+
+/// A random update graph: per parameter, a chain of elementwise steps reading other
+/// parameters (some through a reduction), optionally a held intermediate, and extra
+/// outputs that read the old values.
+#[derive(Clone, Debug)]
+struct Case {
+    len: usize,
+    steps: Vec<Vec<(u8, usize)>>,
+    held: Vec<Option<usize>>,
+    extras: Vec<(usize, usize)>,
+    donate: Vec<bool>,
+}
+
+fn arb_case() -> impl proptest::strategy::Strategy<Value = Case> {
+    use proptest::prelude::*;
+    (2usize..5, 1usize..48).prop_flat_map(|(n, len)| {
+        (
+            proptest::collection::vec(proptest::collection::vec((0u8..4, 0..n), 0..4), n),
+            proptest::collection::vec(proptest::option::weighted(0.3, 0..n), n),
+            proptest::collection::vec((0..n, 0..n), 0..3),
+            proptest::collection::vec(proptest::bool::weighted(0.8), n),
+        )
+            .prop_map(move |(steps, held, extras, donate)| Case {
+                len,
+                steps,
+                held,
+                extras,
+                donate,
+            })
+    })
+}
+
+/// The case's new values, extra outputs and held intermediates over `params`.
+fn build(case: &Case, params: &[Array]) -> (Vec<Array>, Vec<Array>, Vec<Array>) {
+    let mut held = Vec::new();
+    let mut news = Vec::new();
+    for (i, steps) in case.steps.iter().enumerate() {
+        let mut t = &params[i] * 0.5f32;
+        if let Some(a) = case.held[i] {
+            let h = params[a].tanh();
+            t = &t + &h;
+            held.push(h);
+        }
+        for &(kind, a) in steps {
+            let p = &params[a];
+            t = match kind {
+                0 => &(&t * 1.5f32) + p,
+                1 => &t.tanh() - &(p * 0.25f32),
+                2 => &t + &p.sum(None, true),
+                _ => &t * &p.exp().sin(),
+            };
+        }
+        news.push(&params[i] - &(&t * 0.1f32));
+    }
+    let extras = case
+        .extras
+        .iter()
+        .map(|&(a, b)| (&params[a] * &params[b]).sum(None, false))
+        .collect();
+    (news, extras, held)
+}
+
+fn values(n: usize, len: usize) -> Vec<Vec<f32>> {
+    (0..n)
+        .map(|i| {
+            (0..len)
+                .map(|j| ((i * 31 + j * 7) % 23) as f32 * 0.1 - 1.1)
+                .collect()
+        })
+        .collect()
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        cases: std::env::var("KILN_DONATE_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(24),
+        ..proptest::prelude::ProptestConfig::default()
+    })]
+
+    /// Whatever is donated, every result, every held intermediate evaluated afterwards and
+    /// every array that still reads equals the CPU's; a donor that no longer reads was
+    /// donated and says so.
+    #[test]
+    fn random_donations_never_change_what_any_array_reads(case in arb_case()) {
+        if !Device::Wgpu.is_available() {
+            return Ok(());
+        }
+        let _s = serial();
+        let host = values(case.steps.len(), case.len);
+        let place = |device: Device| -> Vec<Array> {
+            host.iter()
+                .map(|v| {
+                    Array::from_vec(v.clone(), &[case.len])
+                        .unwrap()
+                        .to_device(device)
+                        .unwrap()
+                })
+                .collect()
+        };
+        // The reference: the same graph on the CPU, plainly evaluated.
+        let cpu = place(Device::Cpu);
+        let (news, extras, held) = build(&case, &cpu);
+        let refs: Vec<&Array> = news.iter().chain(&extras).collect();
+        kiln::eval_on(Device::Cpu, &refs).unwrap();
+        let want: Vec<Vec<f32>> = news.iter().chain(&extras).chain(&held)
+            .map(|a| a.to_vec::<f32>().unwrap())
+            .collect();
+        // On the GPU, donating the marked parameters.
+        let gpu = place(Device::Wgpu);
+        let (news, extras, held) = build(&case, &gpu);
+        let refs: Vec<&Array> = news.iter().chain(&extras).collect();
+        let donors: Vec<&Array> = gpu.iter().zip(&case.donate)
+            .filter_map(|(p, &d)| d.then_some(p))
+            .collect();
+        let before = Device::Wgpu.memory().donated;
+        kiln::eval_donating_on(Device::Wgpu, &refs, &donors).unwrap();
+        let donated = Device::Wgpu.memory().donated - before;
+        proptest::prop_assert!(donated as usize <= donors.len());
+        let got: Vec<Vec<f32>> = news.iter().chain(&extras).chain(&held)
+            .map(|a| a.to_vec::<f32>().unwrap())
+            .collect();
+        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+            close(g, w, 1e-5, &format!("output {k} of {case:?}"));
+        }
+        let mut unreadable = 0;
+        for (i, p) in gpu.iter().enumerate() {
+            match p.to_vec::<f32>() {
+                Ok(v) => proptest::prop_assert_eq!(&v, &host[i], "parameter {} of {:?}", i, case),
+                Err(e) => {
+                    proptest::prop_assert!(case.donate[i], "parameter {} was not donated: {}", i, e);
+                    proptest::prop_assert!(e.to_string().contains("donated"), "{}", e);
+                    unreadable += 1;
+                }
+            }
+        }
+        proptest::prop_assert_eq!(unreadable, donated as usize);
+    }
+}
