@@ -86,8 +86,8 @@ pub struct Target {
     pub row_groups: bool,
     /// Whether the backend takes donated storage ([`crate::Backend::donates`]): the compiler
     /// then moves parameter updates after the parameter's other readers and leaves them a
-    /// buffer of their own, so that a run handed the old storage writes over it
-    /// ([`crate::Donation`]).
+    /// buffer of their own, outside row groups, so that a run handed the old storage writes
+    /// over it ([`crate::Donation`]).
     pub donations: bool,
 }
 
@@ -168,6 +168,12 @@ pub fn compile_for(expr: &LazyExpr, target: Target) -> Result<Compiled> {
     }
     if target.row_groups {
         plan.groups = crate::group::row_groups(&plan);
+        if target.donations {
+            // A parameter update stays out of row groups: it may write in place.
+            let ks = memory::donation_kernels(&plan);
+            plan.groups
+                .retain(|g| !ks.iter().any(|&k| g.start <= k && k < g.end));
+        }
     }
     memory::plan_memory(&mut plan, &expr.bindings.dims, target.donations);
     #[cfg(debug_assertions)]

@@ -427,6 +427,18 @@ pub fn sink_updates(plan: &mut Plan) -> Vec<usize> {
     order
 }
 
+/// The kernels that could write over a donated parameter (see [`Donation`]), before row
+/// groups are marked: a group holding one is dropped, so the donation can happen.
+pub fn donation_kernels(plan: &Plan) -> Vec<usize> {
+    let none = vec![None; plan.kernels.len()];
+    let mut ks: Vec<usize> = donation_sites(plan, &none)
+        .into_iter()
+        .map(|(k, _, _)| k)
+        .collect();
+    ks.dedup();
+    ks
+}
+
 /// The outputs `(kernel, output, parameter)` that a donated parameter could become: see
 /// [`Donation`]; one output per parameter, the parameter read by nothing after, and never a
 /// parameter the plan returns.

@@ -15,7 +15,7 @@
 
 use crate::codegen::{emit_program, from_storage, identity_view, sty, to_storage, vty, Bind, Gen};
 use crate::device::Capabilities;
-use kiln_compiler::{Input, Kernel, Launch, Program, Source, Strided};
+use kiln_compiler::{Input, Kernel, KernelKind, Launch, Program, Source, Strided};
 use kiln_ir::{resolve_shape, ArgReduceOp, DType, Dim, Distribution, ReduceOp, Result};
 use std::fmt::Write;
 
@@ -1446,4 +1446,194 @@ pub(crate) fn concat(
         at += len;
     }
     Ok(out)
+}
+
+/// One kernel of a fused row group (see [`row_group`]): the kernel, its launch (its own
+/// space), where its inputs start in the group's input list, and the group buffer each of
+/// its outputs goes to.
+pub(crate) struct GroupPart<'a> {
+    pub kernel: &'a Kernel,
+    pub launch: &'a Launch<'a>,
+    pub first_input: usize,
+    pub outputs: &'a [usize],
+}
+
+/// Reduced elements a thread of a fused row group may sum serially (the plain reduction's
+/// per-thread run), so the group accumulates no worse than the kernels launched alone.
+pub(crate) const GROUP_SERIAL: usize = CHUNK / WG as usize;
+
+/// A whole row group in one dispatch: one workgroup per row runs the group's kernels in
+/// order over its row, each kernel's writes made visible to the next by a barrier (the rows
+/// are independent: `kiln_compiler::RowGroup`). Elementwise kernels stride the row's
+/// positions over the workgroup; a reduction of the whole row sums a strided share per
+/// thread and a tree in workgroup memory; a reduction keeping more than the row sums each
+/// output serially in one thread. `all` holds every part's inputs in order (`load`'s view of
+/// the group), `how` how each is read; group buffer `i` is output binding `o{i}` of dtype
+/// `out_dtypes[i]`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn row_group(
+    caps: &Capabilities,
+    parts: &[GroupPart<'_>],
+    all: &Kernel,
+    all_launch: &Launch<'_>,
+    how: &[In],
+    out_dtypes: &[DType],
+    rows: usize,
+) -> Result<Work> {
+    let mut g = Gen::new(caps, "wgpu row group");
+    for (i, &d) in out_dtypes.iter().enumerate() {
+        g.check(d)?;
+        g.output(i, d);
+    }
+    let mut body = String::from(MAIN_1D);
+    body.push_str("    let row = wg.y * nwg.x + wg.x;\n");
+    let nr = g.size(rows)?;
+    let _ = writeln!(body, "    if (row >= {nr}) {{ return; }}");
+    for part in parts {
+        let space = part.launch.space.dims();
+        let sym = &part.kernel.space;
+        let off = part.first_input;
+        body.push_str("    {\n");
+        match &part.kernel.kind {
+            KernelKind::Elementwise { program } => {
+                let inner = space.iter().skip(1).product::<usize>();
+                let ni = g.size(inner)?;
+                let _ = writeln!(body, "    for (var e = li; e < {ni}; e = e + 256u) {{");
+                let _ = writeln!(body, "    let i = row * {ni} + e;");
+                let coords = g.coords(&mut body, "i", sym, space, "c")?;
+                let mut loader = |g: &mut Gen<'_>, out: &mut String, x: u32| {
+                    load(
+                        g,
+                        out,
+                        all,
+                        all_launch,
+                        how,
+                        off + x as usize,
+                        &coords,
+                        None,
+                    )
+                };
+                let results = emit_program(
+                    &mut g,
+                    &mut body,
+                    program,
+                    all_launch.scalars,
+                    None,
+                    "",
+                    &mut loader,
+                )?;
+                for (j, r) in results.iter().enumerate() {
+                    let b = part.outputs[j];
+                    let _ = writeln!(body, "    o{b}[i] = {};", to_storage(out_dtypes[b], r));
+                }
+                body.push_str("    }\n");
+            }
+            KernelKind::Reduce { program, op, axes } => {
+                let (kept, red) = split_axes(space.len(), axes);
+                let out_inner: usize = kept.iter().skip(1).map(|&a| space[a]).product();
+                let red_n: usize = red.iter().map(|&a| space[a]).product();
+                let d = out_dtypes[part.outputs[0]];
+                let st = sty(d);
+                let id = identity(*op, d);
+                let red_sym: Vec<Dim> = red.iter().map(|&a| sym[a]).collect();
+                let red_dims: Vec<usize> = red.iter().map(|&a| space[a]).collect();
+                let nred = g.size(red_n)?;
+                // One position of the reduction: its value, after storing side outputs.
+                let value = |g: &mut Gen<'_>,
+                             body: &mut String,
+                             kept_names: &[String]|
+                 -> Result<String> {
+                    let rn = g.coords(body, "r", &red_sym, &red_dims, "cr")?;
+                    let mut coords = vec![String::from("0u"); space.len()];
+                    for (n, &a) in kept.iter().enumerate() {
+                        coords[a] = kept_names[n].clone();
+                    }
+                    for (n, &a) in red.iter().enumerate() {
+                        coords[a] = rn[n].clone();
+                    }
+                    let mut loader = |g: &mut Gen<'_>, out: &mut String, x: u32| {
+                        load(
+                            g,
+                            out,
+                            all,
+                            all_launch,
+                            how,
+                            off + x as usize,
+                            &coords,
+                            None,
+                        )
+                    };
+                    let res =
+                        emit_program(g, body, program, all_launch.scalars, None, "", &mut loader)?;
+                    if res.len() > 1 {
+                        let mut flat = coords[0].clone();
+                        for (k, c) in coords.iter().enumerate().skip(1) {
+                            let n = g.size(space[k])?;
+                            flat = format!("({flat}) * {n} + {c}");
+                        }
+                        let _ = writeln!(body, "    let kpos = {flat};");
+                        for (j, v) in res.iter().enumerate().skip(1) {
+                            let b = part.outputs[j];
+                            let _ = writeln!(
+                                body,
+                                "    o{b}[kpos] = {};",
+                                to_storage(out_dtypes[b], v)
+                            );
+                        }
+                    }
+                    Ok(to_storage(d, &res[0]))
+                };
+                let o0 = part.outputs[0];
+                if out_inner == 1 {
+                    // The whole row: strided shares, then a tree.
+                    let arr = format!("kgred_{st}");
+                    if !g.globals.contains(&format!("var<workgroup> {arr}:")) {
+                        let _ = writeln!(g.globals, "var<workgroup> {arr}: array<{st}, 256>;");
+                    }
+                    let mut kept_names = vec![String::from("0u"); kept.len()];
+                    kept_names[0] = "row".into();
+                    let _ = writeln!(body, "    var acc: {st} = {id};");
+                    let _ = writeln!(body, "    for (var r = li; r < {nred}; r = r + 256u) {{");
+                    let v = value(&mut g, &mut body, &kept_names)?;
+                    let c = combine(&mut g, *op, d, "acc", &v);
+                    let _ = writeln!(body, "    acc = {c};\n    }}");
+                    let _ = writeln!(body, "    {arr}[li] = acc;\n    workgroupBarrier();");
+                    let c = combine(
+                        &mut g,
+                        *op,
+                        d,
+                        &format!("{arr}[li]"),
+                        &format!("{arr}[li + s]"),
+                    );
+                    let _ = writeln!(
+                        body,
+                        "    for (var s = 128u; s > 0u; s = s >> 1u) {{\n    if (li < s) {{ {arr}[li] = {c}; }}\n    workgroupBarrier();\n    }}"
+                    );
+                    let _ = writeln!(body, "    if (li == 0u) {{ o{o0}[row] = {arr}[0]; }}");
+                } else {
+                    // Several outputs per row: one thread each, serially over the reduction.
+                    let kept_sym: Vec<Dim> = kept.iter().map(|&a| sym[a]).collect();
+                    let kept_dims: Vec<usize> = kept.iter().map(|&a| space[a]).collect();
+                    let no = g.size(out_inner)?;
+                    let _ = writeln!(body, "    for (var q = li; q < {no}; q = q + 256u) {{");
+                    let _ = writeln!(body, "    let o = row * {no} + q;");
+                    let kept_names = g.coords(&mut body, "o", &kept_sym, &kept_dims, "ck")?;
+                    let _ = writeln!(body, "    var acc: {st} = {id};");
+                    let _ = writeln!(body, "    for (var r = 0u; r < {nred}; r = r + 1u) {{");
+                    let v = value(&mut g, &mut body, &kept_names)?;
+                    let c = combine(&mut g, *op, d, "acc", &v);
+                    let _ = writeln!(body, "    acc = {c};\n    }}");
+                    let _ = writeln!(body, "    o{o0}[o] = acc;\n    }}");
+                }
+            }
+            _ => {
+                return Err(crate::internal(
+                    "a row group holds only elementwise kernels and reductions".into(),
+                ))
+            }
+        }
+        body.push_str("    }\n    storageBarrier();\n    workgroupBarrier();\n");
+    }
+    body.push_str("}\n");
+    Ok(Work::one(finish(g, &body, rows as u64, None)))
 }

@@ -11,6 +11,10 @@
 //!   Each launch's generated WGSL, word tables (uploaded once) and pipelines are cached per
 //!   kernel and launch; so are the bind groups of its last few launches, reused when the
 //!   same buffers are bound again (`KILN_WGPU_BINDS=0` turns that off, for A/B timings).
+//! * **Row groups** (a softmax, a layer norm): one dispatch per group, a workgroup per row
+//!   running the group's kernels in order with barriers between them
+//!   (`kernels::row_group`), where its reductions are short enough to keep the plain
+//!   reduction's accuracy; otherwise kernel by kernel (`KILN_WGPU_ROW_GROUPS=0`: always).
 //! * **Donation**: a resident value the caller donated and nothing else reads becomes the
 //!   buffer a result is written into (`Backend::donate`; an in-place optimizer step).
 //! * **Buffers** ([`GpuBuffer`]) come from a pool by size class (bounded in bytes,
@@ -117,6 +121,8 @@ pub struct PipelineStats {
     pub bind_groups_made: u64,
     /// Bind groups reused from the launch before (the same buffers bound again).
     pub bind_groups_reused: u64,
+    /// Row groups run as one dispatch (the others ran kernel by kernel).
+    pub fused_groups: u64,
 }
 
 /// The wgpu backend: one device and queue, a pipeline cache and a buffer pool.
@@ -131,6 +137,10 @@ pub struct WgpuBackend {
     core: Arc<Core>,
     pipelines: Mutex<hashbrown::HashMap<String, wgpu::ComputePipeline>>,
     launches: Mutex<LaunchCache>,
+    /// Fused row groups' generated work, by the address of the group's first kernel.
+    groups: Mutex<hashbrown::HashMap<usize, Vec<CachedGroup>>>,
+    /// Whether row groups run fused (`KILN_WGPU_ROW_GROUPS=0`: kernel by kernel).
+    row_groups: bool,
     /// The pool's `freed` count at the last sweep of cached bind groups.
     swept: AtomicU64,
     /// Whether bind groups are reused (`KILN_WGPU_BINDS=0` makes one per launch, for A/B
@@ -140,6 +150,7 @@ pub struct WgpuBackend {
     misses: AtomicU64,
     binds_made: AtomicU64,
     binds_reused: AtomicU64,
+    fused_groups: AtomicU64,
 }
 
 /// What resident values share with the backend: the device and queue, the pool their
@@ -221,10 +232,13 @@ impl WgpuBackend {
             }),
             pipelines: Mutex::new(hashbrown::HashMap::new()),
             launches: Mutex::new(LaunchCache::default()),
+            groups: Mutex::new(hashbrown::HashMap::new()),
+            row_groups: std::env::var("KILN_WGPU_ROW_GROUPS").map_or(true, |v| v != "0"),
             swept: AtomicU64::new(0),
             reuse_binds: std::env::var("KILN_WGPU_BINDS").map_or(true, |v| v != "0"),
             hits: AtomicU64::new(0),
             binds_made: AtomicU64::new(0),
+            fused_groups: AtomicU64::new(0),
             binds_reused: AtomicU64::new(0),
             misses: AtomicU64::new(0),
         })
@@ -259,6 +273,7 @@ impl WgpuBackend {
                 .len(),
             bind_groups_made: self.binds_made.load(Ordering::Relaxed),
             bind_groups_reused: self.binds_reused.load(Ordering::Relaxed),
+            fused_groups: self.fused_groups.load(Ordering::Relaxed),
         }
     }
 
@@ -500,6 +515,28 @@ impl Backend for WgpuBackend {
         true
     }
 
+    /// Row groups (a softmax or layer norm) run as one dispatch, a workgroup per row, when
+    /// their reductions are short enough to keep the plain reduction's accuracy; otherwise
+    /// kernel by kernel.
+    fn row_groups(&self) -> bool {
+        self.row_groups
+    }
+
+    fn launch_group(
+        &self,
+        rows: usize,
+        kernels: &[kiln_compiler::GroupKernel<'_, GpuBuffer>],
+        buffers: &mut [GpuBuffer],
+        lens: &[usize],
+    ) -> Result<()> {
+        let _ = lens;
+        if self.group_fits(rows, kernels, buffers) {
+            self.fused_groups.fetch_add(1, Ordering::Relaxed);
+            return self.launch_fused_group(rows, kernels, buffers);
+        }
+        self.launch_group_by_kernel(kernels, buffers)
+    }
+
     fn allocate(&self, dtype: DType, len: usize) -> Result<GpuBuffer> {
         self.new_buffer(dtype, len)
     }
@@ -736,6 +773,24 @@ struct LaunchCache {
     map: hashbrown::HashMap<usize, Vec<CachedLaunch>>,
     entries: usize,
 }
+
+/// A fused row group's generated work and everything its generation read.
+struct CachedGroup {
+    kernels: Vec<Kernel>,
+    spaces: Vec<Vec<usize>>,
+    views: Vec<kiln_compiler::Strided>,
+    how: Vec<In>,
+    out_dtypes: Vec<DType>,
+    outputs: Vec<Vec<usize>>,
+    scalars: Vec<kiln_ir::Scalar>,
+    seeds: Vec<u64>,
+    dims: Vec<usize>,
+    rows: usize,
+    generated: Arc<Generated>,
+}
+
+/// Fused row groups cached before that cache is emptied and starts again.
+const GROUP_CACHE_ENTRIES: usize = 1024;
 
 /// Launches cached before the cache is emptied and starts again.
 const LAUNCH_CACHE_ENTRIES: usize = 4096;
@@ -1134,6 +1189,241 @@ impl WgpuBackend {
     /// launch before (every field compared, so a hit is exactly what generation would give),
     /// else generated now and cached. Generating the WGSL text and its word table is a
     /// sizeable part of a small kernel's host time; a training loop repeats its launches.
+    /// Whether a row group runs fused (see `kernels::row_group`): only elementwise kernels
+    /// and reductions that keep the row, a whole-row reduction of at most
+    /// `kernels::GROUP_SERIAL` elements per thread, a reduction keeping more than the row
+    /// of at most that many elements per output, no buffer over the binding limit, and the
+    /// bindings within the adapter's.
+    fn group_fits(
+        &self,
+        rows: usize,
+        kernels: &[kiln_compiler::GroupKernel<'_, GpuBuffer>],
+        buffers: &[GpuBuffer],
+    ) -> bool {
+        let caps = &self.core.gpu.caps;
+        let limit = caps.max_binding_bytes;
+        let big = |b: &GpuBuffer| elem_bytes(b.dtype) * b.len as u64 > limit;
+        if rows == 0 || u32::try_from(rows).is_err() || buffers.iter().any(big) {
+            return false;
+        }
+        let mut inputs = 0usize;
+        for gk in kernels {
+            let space = gk.launch.space.dims();
+            if space.len() < 2 || space[0] != rows {
+                return false;
+            }
+            match &gk.kernel.kind {
+                KernelKind::Elementwise { .. } => {}
+                KernelKind::Reduce { axes, .. } => {
+                    if axes.contains(&0) {
+                        return false;
+                    }
+                    let (kept, red): (Vec<usize>, Vec<usize>) =
+                        (1..space.len()).partition(|a| !axes.contains(a));
+                    let out_inner: usize = kept.iter().map(|&a| space[a]).product();
+                    let red_n: usize = red.iter().map(|&a| space[a]).product();
+                    let per_thread = if out_inner == 1 {
+                        red_n.div_ceil(kernels::WG as usize)
+                    } else {
+                        red_n
+                    };
+                    if per_thread > kernels::GROUP_SERIAL {
+                        return false;
+                    }
+                }
+                _ => return false,
+            }
+            for a in &gk.inputs {
+                match a {
+                    kiln_compiler::GroupArg::Buffer(b) => {
+                        if big(b) {
+                            return false;
+                        }
+                        inputs += 1;
+                    }
+                    kiln_compiler::GroupArg::Group(_) | kiln_compiler::GroupArg::Virtual => {}
+                }
+            }
+        }
+        // The word table, the f64 table and a status block besides inputs and outputs.
+        inputs + buffers.len() + 3 <= caps.max_bindings as usize
+    }
+
+    /// A row group as one dispatch (see `kernels::row_group`), its generated work cached
+    /// by the group's first kernel and compared in full.
+    fn launch_fused_group(
+        &self,
+        rows: usize,
+        kernels: &[kiln_compiler::GroupKernel<'_, GpuBuffer>],
+        buffers: &mut [GpuBuffer],
+    ) -> Result<()> {
+        let caps = &self.core.gpu.caps;
+        let launch0 = &kernels[0].launch;
+        let mut all_inputs: Vec<kiln_compiler::Input> = Vec::new();
+        let mut all_views: Vec<kiln_compiler::Strided> = Vec::new();
+        let mut how: Vec<In> = Vec::new();
+        let mut args: Vec<Arg<'_, GpuBuffer>> = Vec::new();
+        let mut firsts: Vec<usize> = Vec::new();
+        for gk in kernels {
+            firsts.push(all_inputs.len());
+            for (x, a) in gk.inputs.iter().enumerate() {
+                all_inputs.push(gk.kernel.inputs[x].clone());
+                all_views.push(gk.launch.views[x].clone());
+                let (h, arg) = match a {
+                    kiln_compiler::GroupArg::Buffer(b) => (In::Buffer, Arg::Buffer(*b)),
+                    kiln_compiler::GroupArg::Group(i) => (In::Output(*i), Arg::Output(*i)),
+                    kiln_compiler::GroupArg::Virtual => (In::Virtual, Arg::Virtual),
+                };
+                how.push(h);
+                args.push(arg);
+            }
+        }
+        let out_dtypes: Vec<DType> = buffers.iter().map(|b| b.dtype).collect();
+        let outputs: Vec<Vec<usize>> = kernels.iter().map(|k| k.outputs.to_vec()).collect();
+        let addr = kernels[0].kernel as *const Kernel as usize;
+        let hit = |c: &CachedGroup| {
+            c.rows == rows
+                && c.kernels.len() == kernels.len()
+                && c.kernels.iter().zip(kernels).all(|(a, b)| a == b.kernel)
+                && c.spaces
+                    .iter()
+                    .zip(kernels)
+                    .all(|(a, b)| a[..] == *b.launch.space.dims())
+                && c.views == all_views
+                && c.how == how
+                && c.out_dtypes == out_dtypes
+                && c.outputs == outputs
+                && c.scalars == launch0.scalars
+                && c.seeds == launch0.seeds
+                && c.dims == launch0.dims
+        };
+        let found = {
+            let cache = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+            cache
+                .get(&addr)
+                .and_then(|v| v.iter().find(|c| hit(c)))
+                .map(|c| c.generated.clone())
+        };
+        let generated = match found {
+            Some(g) => g,
+            None => {
+                let all = Kernel {
+                    kind: KernelKind::Elementwise {
+                        program: kiln_compiler::Program::default(),
+                    },
+                    space: kernels[0].kernel.space.clone(),
+                    inputs: all_inputs,
+                    outputs: Default::default(),
+                };
+                let all_launch = Launch {
+                    space: launch0.space.clone(),
+                    views: all_views.clone(),
+                    scalars: launch0.scalars,
+                    seeds: launch0.seeds,
+                    dims: launch0.dims,
+                    unread_outputs: false,
+                };
+                let parts: Vec<kernels::GroupPart<'_>> = kernels
+                    .iter()
+                    .zip(&firsts)
+                    .zip(&outputs)
+                    .map(|((gk, &first_input), outs)| kernels::GroupPart {
+                        kernel: gk.kernel,
+                        launch: &gk.launch,
+                        first_input,
+                        outputs: outs,
+                    })
+                    .collect();
+                let work =
+                    kernels::row_group(caps, &parts, &all, &all_launch, &how, &out_dtypes, rows)?;
+                let error_dtype = kernels.iter().find_map(|gk| match &gk.kernel.kind {
+                    KernelKind::Elementwise { program } | KernelKind::Reduce { program, .. } => {
+                        program_int_dtype(program)
+                    }
+                    _ => None,
+                });
+                let generated = Arc::new(Generated {
+                    work,
+                    error_dtype,
+                    remap: Vec::new(),
+                    pipelines: std::sync::OnceLock::new(),
+                    tables: std::sync::OnceLock::new(),
+                    binds: Mutex::new(Vec::new()),
+                });
+                let mut cache = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+                if cache.values().map(Vec::len).sum::<usize>() >= GROUP_CACHE_ENTRIES {
+                    cache.clear();
+                }
+                cache.entry(addr).or_default().push(CachedGroup {
+                    kernels: kernels.iter().map(|k| k.kernel.clone()).collect(),
+                    spaces: kernels
+                        .iter()
+                        .map(|k| k.launch.space.dims().to_vec())
+                        .collect(),
+                    views: all_views,
+                    how,
+                    out_dtypes,
+                    outputs,
+                    scalars: launch0.scalars.to_vec(),
+                    seeds: launch0.seeds.to_vec(),
+                    dims: launch0.dims.to_vec(),
+                    rows,
+                    generated: generated.clone(),
+                });
+                generated
+            }
+        };
+        self.run_generated(&generated, &args, buffers, &[], caps, &Windows::default())
+    }
+
+    /// A row group kernel by kernel (each kernel's outputs moved to the front of `buffers`
+    /// while it runs, so it can read the group's other buffers).
+    fn launch_group_by_kernel(
+        &self,
+        kernels: &[kiln_compiler::GroupKernel<'_, GpuBuffer>],
+        buffers: &mut [GpuBuffer],
+    ) -> Result<()> {
+        for gk in kernels {
+            // at[i]: where group buffer i now sits.
+            let mut at: Vec<usize> = (0..buffers.len()).collect();
+            let mut swaps: Vec<(usize, usize)> = Vec::new();
+            for (k, &o) in gk.outputs.iter().enumerate() {
+                let pos = at[o];
+                if pos != k {
+                    buffers.swap(k, pos);
+                    let moved = at.iter().position(|&p| p == k).unwrap_or(k);
+                    at[moved] = pos;
+                    at[o] = k;
+                    swaps.push((k, pos));
+                }
+            }
+            let n_out = gk.outputs.len();
+            let result = {
+                let (outs, rest) = buffers.split_at_mut(n_out);
+                let args: Vec<Arg<'_, GpuBuffer>> = gk
+                    .inputs
+                    .iter()
+                    .map(|a| match a {
+                        kiln_compiler::GroupArg::Buffer(b) => Arg::Buffer(*b),
+                        kiln_compiler::GroupArg::Virtual => Arg::Virtual,
+                        kiln_compiler::GroupArg::Group(i) => {
+                            match gk.outputs.iter().position(|o| o == i) {
+                                Some(j) => Arg::Output(j),
+                                None => Arg::Buffer(&rest[at[*i] - n_out]),
+                            }
+                        }
+                    })
+                    .collect();
+                <Self as Backend>::launch(self, gk.kernel, &gk.launch, &args, outs)
+            };
+            for &(k, pos) in swaps.iter().rev() {
+                buffers.swap(k, pos);
+            }
+            result?;
+        }
+        Ok(())
+    }
+
     /// Empties every cached launch's bind groups if the pool freed a buffer since the last
     /// sweep (a cached bind group would keep that storage alive).
     fn sweep_binds(&self) {
@@ -1143,6 +1433,15 @@ impl WgpuBackend {
         }
         let cache = self.launches.lock().unwrap_or_else(|e| e.into_inner());
         for c in cache.map.values().flatten() {
+            c.generated
+                .binds
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clear();
+        }
+        drop(cache);
+        let groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        for c in groups.values().flatten() {
             c.generated
                 .binds
                 .lock()
@@ -1277,6 +1576,19 @@ impl WgpuBackend {
         windows: &Windows,
     ) -> Result<()> {
         let generated = self.generated(kernel, launch, how, out_dtypes, caps)?;
+        self.run_generated(&generated, inputs, outputs, copies, caps, windows)
+    }
+
+    /// Binds and records the dispatches of generated work (see [`Generated`]).
+    fn run_generated(
+        &self,
+        generated: &Generated,
+        inputs: &[Arg<'_, GpuBuffer>],
+        outputs: &mut [GpuBuffer],
+        copies: &[(usize, GpuBuffer)],
+        caps: &Capabilities,
+        windows: &Windows,
+    ) -> Result<()> {
         let (work, error_dtype, remap) = (&generated.work, generated.error_dtype, &generated.remap);
         let device = &self.core.gpu.device;
         // Per-launch data.

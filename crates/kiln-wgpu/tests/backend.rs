@@ -540,3 +540,43 @@ fn softmax_stores_exp_once_from_its_sum_on_every_reduction_path() {
         assert_close(&got[0], &reference(&[&y]).unwrap()[0], 1e-5);
     }
 }
+
+#[test]
+fn row_groups_run_as_one_dispatch_per_row_and_match_the_reference() {
+    let Some(e) = engine() else { return };
+    let data = |shape: &[usize], salt: u64| {
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n as u64)
+            .map(|i| (((i + salt) * 2654435761) % 7000) as f32 / 1000.0 - 3.5)
+            .collect();
+        build::data(HostData::from(v), Shape::from(shape)).unwrap()
+    };
+    let softmax = |x: &kiln_ir::NodeRef, axis: isize| {
+        let m = build::reduce(ReduceOp::Max, x, Some(&[axis]), true).unwrap();
+        let mb = build::broadcast_to(&m, x.shape()).unwrap();
+        let d = build::binary(BinaryOp::Sub, x, &mb).unwrap();
+        let ex = build::unary(UnaryOp::Exp, &d).unwrap();
+        let s = build::reduce(ReduceOp::Sum, &ex, Some(&[axis]), true).unwrap();
+        let sb = build::broadcast_to(&s, x.shape()).unwrap();
+        build::binary(BinaryOp::Div, &ex, &sb).unwrap()
+    };
+    // Whole-row reductions (short and long rows), a reduction keeping part of the row
+    // (axis 2 of [rows, 7, 9]), and rows too long to fuse (run kernel by kernel).
+    for (shape, axis, fused) in [
+        (vec![64usize, 10], 1isize, true),
+        (vec![33, 1000], 1, true),
+        (vec![300, 4096], 1, true),
+        (vec![40, 7, 9], 2, true),
+        (vec![4, 20000], 1, false),
+    ] {
+        let x = data(&shape, shape.len() as u64);
+        let y = softmax(&x, axis);
+        let (_, compiled) = e.inspect(&[&y]).unwrap();
+        assert!(!compiled.plan.groups.is_empty(), "{shape:?}: a row group");
+        let before = e.backend().pipeline_stats().fused_groups;
+        let got = e.evaluate(&[&y]).unwrap();
+        assert_close(&got[0], &reference(&[&y]).unwrap()[0], 1e-5);
+        let ran = e.backend().pipeline_stats().fused_groups - before;
+        assert_eq!(ran > 0, fused, "{shape:?}: fused {ran} groups");
+    }
+}
