@@ -9,7 +9,8 @@
 //! (the first pass also stores the prologue's side outputs, each position once); arg
 //! reductions one workgroup per output; top-k one thread per row; matmul 16×16 threads per
 //! 64×64 output tile (4×4 per thread in registers; 128×128 and 8×8 for large products) with
-//! TILE×16 / 16×TILE operand tiles in workgroup memory.
+//! TILE×16 / 16×TILE operand tiles in workgroup memory; a fused row group one workgroup per
+//! row, its kernels in order with barriers between them.
 //!
 //! Depends on [`crate::codegen`], `kiln-compiler`'s plan types.
 
