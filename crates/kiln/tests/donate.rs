@@ -9,7 +9,7 @@
 
 mod common;
 
-use kiln::{Array, DType, Device};
+use kiln::{Array, Device};
 use std::sync::Mutex;
 
 /// The device counters are process-wide: tests that read them run one at a time.
@@ -17,16 +17,6 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn close(got: &[f32], want: &[f32], tol: f32, what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: lengths");
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            (g - w).abs() <= tol * (1.0 + w.abs()),
-            "{what}[{i}]: got {g}, want {w} (tolerance {tol})"
-        );
-    }
 }
 
 /// The loss of a small MLP and its gradients, as a user writes them.
@@ -51,32 +41,6 @@ fn sgd_step(params: &[Array], x: &Array, y: &Array) -> (Vec<Array>, Array) {
     (new, loss)
 }
 
-fn init(device: Device) -> Vec<Array> {
-    let p = [
-        Array::uniform(&[64, 32], -0.2, 0.2, 1, DType::F32).unwrap(),
-        Array::zeros(&[32], DType::F32),
-        Array::uniform(&[32, 10], -0.2, 0.2, 2, DType::F32).unwrap(),
-        Array::zeros(&[10], DType::F32),
-    ];
-    p.iter()
-        .map(|a| a.to_host().unwrap().to_device(device).unwrap())
-        .collect()
-}
-
-fn batch(step: u64, n: usize) -> (Array, Array) {
-    let x = Array::uniform(&[n, 64], -1.0, 1.0, 100 + step, DType::F32)
-        .unwrap()
-        .to_host()
-        .unwrap();
-    let labels: Vec<i64> = (0..n as i64).map(|i| (i * 3 + step as i64) % 10).collect();
-    let y = Array::from_vec(labels, &[n])
-        .unwrap()
-        .one_hot(10, DType::F32)
-        .to_host()
-        .unwrap();
-    (x, y)
-}
-
 fn param_bytes(params: &[Array]) -> u64 {
     params.iter().map(|p| p.size() as u64 * 4).sum()
 }
@@ -88,10 +52,10 @@ fn a_training_step_writes_its_parameters_over_the_old_ones() {
     }
     let _s = serial();
     let n = 16;
-    let mut gpu = init(Device::Wgpu);
-    let mut cpu = init(Device::Cpu);
+    let mut gpu = common::mlp_init(Device::Wgpu);
+    let mut cpu = common::mlp_init(Device::Cpu);
     for step in 0..5 {
-        let (x, y) = batch(step, n);
+        let (x, y) = common::mlp_batch(step, n);
         let (new, loss) = sgd_step(&gpu, &x, &y);
         let refs: Vec<&Array> = new.iter().chain([&loss]).collect();
         let donors: Vec<&Array> = gpu.iter().collect();
@@ -124,11 +88,11 @@ fn a_training_step_writes_its_parameters_over_the_old_ones() {
         let refs: Vec<&Array> = new.iter().chain([&loss]).collect();
         let donors: Vec<&Array> = cpu.iter().collect();
         kiln::eval_donating_on(Device::Cpu, &refs, &donors).unwrap();
-        close(&[l], &[loss.item::<f32>().unwrap()], 1e-4, "loss");
+        common::close(&[l], &[loss.item::<f32>().unwrap()], 1e-4, "loss");
         cpu = new;
     }
     for (i, (g, c)) in gpu.iter().zip(&cpu).enumerate() {
-        close(
+        common::close(
             &g.to_vec::<f32>().unwrap(),
             &c.to_vec::<f32>().unwrap(),
             1e-4,
@@ -143,7 +107,7 @@ fn an_array_another_handle_reads_is_never_written_over() {
         return;
     }
     let _s = serial();
-    let gpu = init(Device::Wgpu);
+    let gpu = common::mlp_init(Device::Wgpu);
     let host: Vec<Vec<f32>> = gpu
         .iter()
         .map(|p| p.to_host().unwrap().to_vec::<f32>().unwrap())
@@ -154,7 +118,7 @@ fn an_array_another_handle_reads_is_never_written_over() {
         .map(|p| p.to_host().unwrap().to_device(Device::Wgpu).unwrap())
         .collect();
     let kept = gpu[0].clone(); // a second handle on w1
-    let (x, y) = batch(0, 8);
+    let (x, y) = common::mlp_batch(0, 8);
     let (new, loss) = sgd_step(&gpu, &x, &y);
     let refs: Vec<&Array> = new.iter().chain([&loss]).collect();
     let donors: Vec<&Array> = gpu.iter().collect();
@@ -171,9 +135,9 @@ fn a_held_array_computed_from_a_donor_keeps_it_unwritten() {
         return;
     }
     let _s = serial();
-    let gpu = init(Device::Wgpu);
-    let cpu = init(Device::Cpu);
-    let (x, y) = batch(1, 8);
+    let gpu = common::mlp_init(Device::Wgpu);
+    let cpu = common::mlp_init(Device::Cpu);
+    let (x, y) = common::mlp_batch(1, 8);
     // The gradients stay held (unevaluated) across the step: they read every parameter
     // (through the forward pass), so nothing may be written over.
     let (loss, grads) = loss_and_grads(&gpu, &x, &y);
@@ -190,7 +154,7 @@ fn a_held_array_computed_from_a_donor_keeps_it_unwritten() {
     // Evaluated afterwards, the held gradients are the CPU's.
     let (_, want) = loss_and_grads(&cpu, &x, &y);
     for (i, (g, w)) in grads.iter().zip(&want).enumerate() {
-        close(
+        common::close(
             &g.to_vec::<f32>().unwrap(),
             &w.to_vec::<f32>().unwrap(),
             1e-4,
@@ -226,7 +190,7 @@ fn a_plan_with_a_fallible_gather_donates_nothing() {
             want[row * 4 + c] = v - 0.1 * 2.0 * count * v;
         }
     }
-    close(
+    common::close(
         &next.to_vec::<f32>().unwrap(),
         &want,
         1e-6,
@@ -241,8 +205,8 @@ fn in_place_steps_keep_device_memory_flat() {
         return;
     }
     let _s = serial();
-    let mut params = init(Device::Wgpu);
-    let (x, y) = batch(0, 8);
+    let mut params = common::mlp_init(Device::Wgpu);
+    let (x, y) = common::mlp_batch(0, 8);
     let (x, y) = (
         x.to_device(Device::Wgpu).unwrap(),
         y.to_device(Device::Wgpu).unwrap(),
@@ -395,7 +359,7 @@ proptest::proptest! {
             .map(|a| a.to_vec::<f32>().unwrap())
             .collect();
         for (k, (g, w)) in got.iter().zip(&want).enumerate() {
-            close(g, w, 1e-5, &format!("output {k} of {case:?}"));
+            common::close(g, w, 1e-5, &format!("output {k} of {case:?}"));
         }
         let mut unreadable = 0;
         for (i, p) in gpu.iter().enumerate() {

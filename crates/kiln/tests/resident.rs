@@ -18,16 +18,6 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn close(got: &[f32], want: &[f32], tol: f32, what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: lengths");
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            (g - w).abs() <= tol * (1.0 + w.abs()),
-            "{what}[{i}]: got {g}, want {w} (tolerance {tol})"
-        );
-    }
-}
-
 #[test]
 fn explicit_transfers_move_values_and_count_bytes() {
     if !common::wgpu_or_skip("resident values") {
@@ -167,35 +157,6 @@ fn mlp_step(params: &[Array], x: &Array, y: &Array, batch: usize) -> (Vec<Array>
     (new, loss)
 }
 
-fn init(device: Device) -> Vec<Array> {
-    let p = [
-        Array::uniform(&[64, 32], -0.2, 0.2, 1, DType::F32).unwrap(),
-        Array::zeros(&[32], DType::F32),
-        Array::uniform(&[32, 10], -0.2, 0.2, 2, DType::F32).unwrap(),
-        Array::zeros(&[10], DType::F32),
-    ];
-    // Made on the host (the same numbers whichever device trains), then placed.
-    p.iter()
-        .map(|a| a.to_host().unwrap().to_device(device).unwrap())
-        .collect()
-}
-
-fn batch(step: u64, batch: usize) -> (Array, Array) {
-    let x = Array::uniform(&[batch, 64], -1.0, 1.0, 100 + step, DType::F32)
-        .unwrap()
-        .to_host()
-        .unwrap();
-    let labels: Vec<i64> = (0..batch as i64)
-        .map(|i| (i * 3 + step as i64) % 10)
-        .collect();
-    let y = Array::from_vec(labels, &[batch])
-        .unwrap()
-        .one_hot(10, DType::F32)
-        .to_host()
-        .unwrap();
-    (x, y)
-}
-
 #[test]
 fn a_training_step_on_the_gpu_uploads_only_the_batch_and_downloads_only_the_loss() {
     if !common::wgpu_or_skip("resident values") {
@@ -203,10 +164,10 @@ fn a_training_step_on_the_gpu_uploads_only_the_batch_and_downloads_only_the_loss
     }
     let _s = serial();
     let n = 16;
-    let mut gpu = init(Device::Wgpu);
-    let mut cpu = init(Device::Cpu);
+    let mut gpu = common::mlp_init(Device::Wgpu);
+    let mut cpu = common::mlp_init(Device::Cpu);
     for step in 0..5 {
-        let (x, y) = batch(step, n);
+        let (x, y) = common::mlp_batch(step, n);
         let before = Device::Wgpu.transfers();
         let (new, loss) = mlp_step(&gpu, &x, &y, n);
         let refs: Vec<&Array> = new.iter().chain([&loss]).collect();
@@ -227,11 +188,11 @@ fn a_training_step_on_the_gpu_uploads_only_the_batch_and_downloads_only_the_loss
         let (new, loss) = mlp_step(&cpu, &x, &y, n);
         let refs: Vec<&Array> = new.iter().chain([&loss]).collect();
         kiln::eval_on(Device::Cpu, &refs).unwrap();
-        close(&[l], &[loss.item::<f32>().unwrap()], 1e-4, "loss");
+        common::close(&[l], &[loss.item::<f32>().unwrap()], 1e-4, "loss");
         cpu = new;
     }
     for (i, (g, c)) in gpu.iter().zip(&cpu).enumerate() {
-        close(
+        common::close(
             &g.to_vec::<f32>().unwrap(),
             &c.to_vec::<f32>().unwrap(),
             1e-4,
@@ -247,8 +208,8 @@ fn a_thousand_resident_steps_do_not_grow_device_memory() {
     }
     let _s = serial();
     let n = 8;
-    let mut params = init(Device::Wgpu);
-    let (x, y) = batch(0, n);
+    let mut params = common::mlp_init(Device::Wgpu);
+    let (x, y) = common::mlp_batch(0, n);
     let (x, y) = (
         x.to_device(Device::Wgpu).unwrap(),
         y.to_device(Device::Wgpu).unwrap(),

@@ -75,3 +75,50 @@ impl DTypeSkips {
         );
     }
 }
+
+/// Asserts `got` equals `want` within `tol` relative (plus `tol` absolute), naming `what`.
+#[allow(dead_code)]
+pub fn close(got: &[f32], want: &[f32], tol: f32, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= tol * (1.0 + w.abs()),
+            "{what}[{i}]: got {g}, want {w} (tolerance {tol})"
+        );
+    }
+}
+
+/// The parameters of the small MLP (64-32-10) the GPU training tests step, made on the host
+/// (the same numbers whichever device trains) and placed on `device`.
+#[allow(dead_code)]
+pub fn mlp_init(device: kiln::Device) -> Vec<kiln::Array> {
+    let p = [
+        kiln::Array::uniform(&[64, 32], -0.2, 0.2, 1, kiln::DType::F32).unwrap(),
+        kiln::Array::zeros(&[32], kiln::DType::F32),
+        kiln::Array::uniform(&[32, 10], -0.2, 0.2, 2, kiln::DType::F32).unwrap(),
+        kiln::Array::zeros(&[10], kiln::DType::F32),
+    ];
+    // Made on the host (the same numbers whichever device trains), then placed.
+    p.iter()
+        .map(|a| a.to_host().unwrap().to_device(device).unwrap())
+        .collect()
+}
+
+/// Batch `step` of `batch` examples for [`mlp_init`]'s model: inputs and one-hot labels, on
+/// the host.
+#[allow(dead_code)]
+pub fn mlp_batch(step: u64, batch: usize) -> (kiln::Array, kiln::Array) {
+    let x = kiln::Array::uniform(&[batch, 64], -1.0, 1.0, 100 + step, kiln::DType::F32)
+        .unwrap()
+        .to_host()
+        .unwrap();
+    let labels: Vec<i64> = (0..batch as i64)
+        .map(|i| (i * 3 + step as i64) % 10)
+        .collect();
+    let y = kiln::Array::from_vec(labels, &[batch])
+        .unwrap()
+        .one_hot(10, kiln::DType::F32)
+        .to_host()
+        .unwrap();
+    (x, y)
+}
