@@ -120,6 +120,10 @@ struct Timing<'a> {
     prefetch: String,
     /// The cache sizes the blocks were derived from (`kiln_cpu::tuning().blocks`), L1d/L2.
     caches: String,
+    /// Which GEMM forms products take (`kiln_cpu::tuning().gemm_broadcast_avx512`):
+    /// `broadcast` (every product with contiguous rows of its left operand takes the
+    /// broadcast form at AVX-512) or `sized` (the form follows the product's size).
+    gemm: &'static str,
     median_ms: f64,
     min_ms: f64,
     max_ms: f64,
@@ -142,6 +146,8 @@ struct W6Timing {
     prefetch: String,
     /// As in [`Timing`].
     caches: String,
+    /// As in [`Timing`].
+    gemm: &'static str,
     median_ms: f64,
     us_per_iter: f64,
     gflop_per_s: f64,
@@ -260,6 +266,15 @@ fn caches() -> String {
     format!("{}K/{}K", b.l1d_bytes >> 10, b.l2_bytes >> 10)
 }
 
+/// Which GEMM forms products take: `broadcast` or `sized` (see [`Timing`]).
+fn gemm() -> &'static str {
+    if kiln_cpu::tuning().gemm_broadcast_avx512 {
+        "broadcast"
+    } else {
+        "sized"
+    }
+}
+
 /// The prefetch policy, e.g. `l2/2` (L2 hints two blocks ahead).
 fn prefetch() -> String {
     let t = kiln_cpu::tuning();
@@ -291,6 +306,7 @@ fn report_with(
         isa: kiln_cpu::isa().name(),
         prefetch: prefetch(),
         caches: caches(),
+        gemm: gemm(),
         median_ms: round(med * 1e3, 4),
         min_ms: round(lo * 1e3, 4),
         max_ms: round(hi * 1e3, 4),
@@ -611,6 +627,7 @@ fn workloads(quick: bool, only: Option<&[Workload]>) {
                 isa: kiln_cpu::isa().name(),
                 prefetch: prefetch(),
                 caches: caches(),
+                gemm: gemm(),
                 median_ms: round(med * 1e3, 6),
                 us_per_iter: round(med * 1e6, 3),
                 gflop_per_s: round(2.0 * 64f64.powi(3) / med / 1e9, 2),

@@ -5,9 +5,10 @@
 //! (`/sys/devices/system/cpu/cpu0/cache`) and the cores available; off Linux, or where those
 //! files are missing (and under Miri), the fields are unknown (`None`, [`Vendor::Other`]).
 //! [`tuning`] picks the software-prefetch policy of the streaming kernels from one table per
-//! vendor ([`Tuning::for_vendor`], each entry with the measurement behind it), which
-//! `KILN_PREFETCH=l1|l2|off`, `KILN_PREFETCH_AHEAD=N`, `KILN_STREAM_BLOCK=N` and
-//! `KILN_STREAM_AVX2=0|1` override,
+//! vendor ([`Tuning::for_vendor`], each entry with the measurement behind it), and whether
+//! the small GEMM's broadcast form takes every product at AVX-512, which
+//! `KILN_PREFETCH=l1|l2|off`, `KILN_PREFETCH_AHEAD=N`, `KILN_STREAM_BLOCK=N`,
+//! `KILN_STREAM_AVX2=0|1` and `KILN_GEMM_BROADCAST=0|1` override,
 //! and bounds the cache blocks of the GEMM and the row groups by the level-1 data and
 //! level-2 cache sizes ([`CacheBlocks::derive`]), which `KILN_L1D_BYTES` and `KILN_L2_BYTES`
 //! override (`48K`, `2M`).
@@ -204,6 +205,10 @@ pub struct Tuning {
     /// Whether large unread outputs are written with 32-byte non-temporal stores at the AVX2
     /// level (AVX-512 always streams them, see [`crate::set_stream_min_bytes`]).
     pub stream_avx2: bool,
+    /// Whether, at the AVX-512 level, every product whose left operand has contiguous rows
+    /// takes the small GEMM's broadcast form (four rows by four vectors, the right operand
+    /// read in place) rather than the blocked form or `matrixmultiply`.
+    pub gemm_broadcast_avx512: bool,
     /// The cache blocks derived from the machine's cache sizes.
     pub blocks: CacheBlocks,
 }
@@ -286,10 +291,13 @@ impl Tuning {
                     prefetch_ahead: 1,
                     stream_block: 1024,
                     stream_avx2: false,
+                    gemm_broadcast_avx512: false,
                     blocks: CacheBlocks::derive(None, None),
                 },
                 "Sapphire Rapids: W1 16M 18.2-19.4 -> 16.1-16.3 ms with an L1 hint one block ahead; \
-                 32-byte streaming stores measured no faster there",
+                 32-byte streaming stores measured no faster there; the blocked GEMM form beat \
+                 matrixmultiply at 2048^3 (246-260 against 239-242 GFLOP/s; the broadcast form was \
+                 not compared there, so products keep the size rules)",
             ),
             Vendor::Amd => (
                 Tuning {
@@ -297,13 +305,17 @@ impl Tuning {
                     prefetch_ahead: 2,
                     stream_block: 512,
                     stream_avx2: true,
+                    gemm_broadcast_avx512: true,
                     blocks: CacheBlocks::derive(None, None),
                 },
                 "Zen 4: W1 64M 17.8 GB/s with L1 hints, 22 without, 27 with L2 hints two blocks ahead \
                  (L1 hints for four input streams fill the miss buffers); at the AVX2 level, 32-byte \
                  streaming stores ran W1 64M 1.25x and W3 1.78x faster than plain ones; blocks of 512 \
                  positions over four streams: W1 64M 41.4-41.9 ms at 1024, 32.9-34.9 at 512, \
-                 35.6-39.9 at 256, 56.7-58.0 at 128",
+                 35.6-39.9 at 256, 56.7-58.0 at 128; at AVX-512 the broadcast GEMM form (4x64 blocks, \
+                 the right operand read in place) beat the blocked 12x32 form and matrixmultiply on \
+                 every product measured, one thread: 32x1404x256 f32 110 GFLOP/s against 72 and 85, \
+                 1024^3 104 against 96 and 98, f64 1024^3 97 against 84",
             ),
             Vendor::Other => (
                 Tuning {
@@ -311,6 +323,7 @@ impl Tuning {
                     prefetch_ahead: 1,
                     stream_block: 1024,
                     stream_avx2: false,
+                    gemm_broadcast_avx512: false,
                     blocks: CacheBlocks::derive(None, None),
                 },
                 "not measured (aarch64 has no stable prefetch intrinsic)",
@@ -321,7 +334,7 @@ impl Tuning {
     /// The table's entry for `m`'s vendor, with the cache blocks derived from `m`'s caches,
     /// and overrides looked up by `var` (the environment in [`tuning`]):
     /// `KILN_PREFETCH=l1|l2|off`, `KILN_PREFETCH_AHEAD=1..16`, `KILN_STREAM_BLOCK=64..1024`
-    /// (a power of two), `KILN_STREAM_AVX2=0|1`, and
+    /// (a power of two), `KILN_STREAM_AVX2=0|1`, `KILN_GEMM_BROADCAST=0|1`, and
     /// `KILN_L1D_BYTES`, `KILN_L2_BYTES` (sizes as sysfs writes them: `48K`, `2M`) in place of
     /// the caches read; other values are ignored.
     ///
@@ -346,6 +359,9 @@ impl Tuning {
     /// assert_eq!(t.stream_block, 256);
     /// let t = Tuning::for_machine(&amd, env(&[("KILN_STREAM_BLOCK", "300")])); // not a power of two
     /// assert_eq!(t.stream_block, Tuning::for_vendor(Vendor::Amd).0.stream_block);
+    /// assert!(t.gemm_broadcast_avx512 && !Tuning::for_machine(&intel, env(&[])).gemm_broadcast_avx512);
+    /// let t = Tuning::for_machine(&amd, env(&[("KILN_GEMM_BROADCAST", "0")]));
+    /// assert!(!t.gemm_broadcast_avx512);
     /// ```
     pub fn for_machine(m: &Machine, var: impl Fn(&str) -> Option<String>) -> Tuning {
         let mut t = Tuning::for_vendor(m.vendor).0;
@@ -372,6 +388,11 @@ impl Tuning {
         match var("KILN_STREAM_AVX2").as_deref().map(str::trim) {
             Some("1") => t.stream_avx2 = true,
             Some("0") => t.stream_avx2 = false,
+            _ => {}
+        }
+        match var("KILN_GEMM_BROADCAST").as_deref().map(str::trim) {
+            Some("1") => t.gemm_broadcast_avx512 = true,
+            Some("0") => t.gemm_broadcast_avx512 = false,
             _ => {}
         }
         t

@@ -23,6 +23,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::document::{Column, Sentence};
 
@@ -166,8 +167,10 @@ impl TermCounter {
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TermMap {
-    terms: Vec<(String, u64)>,
-    index: HashMap<String, usize>,
+    // Shared: a map is built once and then only read, and every session's feature channels
+    // hold it (a clone copies two pointers, not the vocabulary).
+    terms: Arc<Vec<(String, u64)>>,
+    index: Arc<HashMap<String, usize>>,
 }
 
 impl TermMap {
@@ -188,7 +191,10 @@ impl TermMap {
             .enumerate()
             .map(|(i, (t, _))| (t.clone(), i))
             .collect();
-        TermMap { terms, index }
+        TermMap {
+            terms: Arc::new(terms),
+            index: Arc::new(index),
+        }
     }
 
     /// The number of terms.
@@ -299,7 +305,7 @@ impl TermMap {
     /// ```
     pub fn to_text(&self) -> Result<String, TermMapError> {
         let mut out = format!("{}\n", self.terms.len());
-        for (t, c) in &self.terms {
+        for (t, c) in self.terms.iter() {
             if t.is_empty() {
                 return Err(TermMapError::BadTerm {
                     term: String::new(),

@@ -948,6 +948,65 @@ fn fixed_batch_rejects_indices_outside_the_batch() {
     assert!(b.add_step(0, &neg).is_err());
 }
 
+proptest::proptest! {
+    /// The batch's ids, weights, width and row ranges against a plain per-cell model: every
+    /// cell's pairs in order of arrival, padded to the widest cell, whatever order steps and
+    /// features arrive in.
+    #[test]
+    fn fixed_batch_lays_out_cells_as_a_per_cell_model(
+        rows in 1usize..6,
+        size in 1usize..4,
+        steps in proptest::collection::vec(
+            (0usize..6, proptest::collection::vec((0usize..24, 0i64..50, -2.0f32..2.0), 0..12)),
+            0..5,
+        ),
+        range in (0usize..6, 0usize..6),
+    ) {
+        let mut b = FixedBatch::new(rows, size);
+        let mut cells: Vec<Vec<(i64, f32)>> = vec![Vec::new(); rows * size];
+        for (first, feats) in &steps {
+            let first = first % rows;
+            // Only indices inside the batch from `first` on (others are rejected whole).
+            let feats: Vec<_> = feats
+                .iter()
+                .filter(|f| first * size + f.0 < rows * size)
+                .collect();
+            let out = FixedFeatureOutput {
+                indices: feats.iter().map(|f| f.0 as i32).collect(),
+                ids: feats.iter().map(|f| f.1).collect(),
+                weights: feats.iter().map(|f| f.2).collect(),
+            };
+            b.add_step(first, &out).unwrap();
+            for f in feats {
+                cells[first * size + f.0].push((f.1, f.2));
+            }
+        }
+        let layout = |cells: &[Vec<(i64, f32)>]| {
+            let w = cells.iter().map(Vec::len).max().unwrap_or(0).max(1);
+            let mut ids = vec![0i64; cells.len() * w];
+            let mut wts = vec![0f32; cells.len() * w];
+            for (c, cell) in cells.iter().enumerate() {
+                for (k, &(id, wt)) in cell.iter().enumerate() {
+                    ids[c * w + k] = id;
+                    wts[c * w + k] = wt;
+                }
+            }
+            (w, ids, wts)
+        };
+        let (w, ids, wts) = layout(&cells);
+        proptest::prop_assert_eq!(b.width(), w);
+        proptest::prop_assert_eq!(b.ids(), ids);
+        proptest::prop_assert_eq!(b.weights(), wts);
+        let start = range.0 % rows;
+        let count = range.1 % (rows - start + 1);
+        let part = b.rows_range(start, count);
+        let (w, ids, wts) = layout(&cells[start * size..(start + count) * size]);
+        proptest::prop_assert_eq!((part.rows(), part.width()), (count, w));
+        proptest::prop_assert_eq!(part.ids(), ids);
+        proptest::prop_assert_eq!(part.weights(), wts);
+    }
+}
+
 #[test]
 fn embed_fixed_gradient_with_respect_to_the_matrix() -> R {
     let (vocab, dim, size) = (6, 3, 2);

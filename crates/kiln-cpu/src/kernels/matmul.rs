@@ -685,6 +685,12 @@ gemm_float!(
     |x| x
 );
 
+/// Whether [`crate::Tuning::gemm_broadcast_avx512`] sends every product with contiguous
+/// rows of `a` to [`small_gemm`] at this level.
+fn broadcast_everywhere() -> bool {
+    crate::simd::isa() >= crate::simd::Isa::Avx512 && crate::tune::tuning().gemm_broadcast_avx512
+}
+
 /// Products with at most this many rows take [`small_gemm`] (up to [`SMALL_ROWS_MAX_MACS`]).
 const SMALL_ROWS: usize = 16;
 /// Bound on `m·k·n` for the few-row products (single-threaded there).
@@ -767,6 +773,7 @@ impl Gemm {
         let macs = self.m.saturating_mul(self.k).saturating_mul(self.n);
         let b_bytes = self.k.saturating_mul(self.n).saturating_mul(elem);
         (self.m <= SMALL_ROWS && macs <= SMALL_ROWS_MAX_MACS)
+            || (self.csa == 1 && broadcast_everywhere())
             || macs <= SMALL_ANY_MACS
             || (self.n < FEW_COLUMNS && macs < PAR_GEMM_MACS)
             || (self.csa == 1

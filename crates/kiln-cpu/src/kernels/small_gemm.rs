@@ -1814,6 +1814,21 @@ mod tests {
         }
     }
 
+    /// Products as large as those [`crate::Tuning::gemm_broadcast_avx512`] sends to the
+    /// broadcast form (a parser's `32×1404 @ 1404×256` step and shapes crossing its blocks of
+    /// steps and of the right operand's columns), at every level, row-major and transposed.
+    #[test]
+    fn the_broadcast_form_matches_the_triple_loop_on_large_products() {
+        if cfg!(miri) {
+            return;
+        }
+        for level in Isa::ALL.into_iter().filter(|&l| l <= detected_isa()) {
+            for shape in [(32, 1404, 256), (37, 700, 300), (70, 300, 530)] {
+                check(level, shape.0, shape.1, shape.2, false);
+            }
+        }
+    }
+
     #[test]
     fn few_columns_take_the_transposed_or_the_dot_form() {
         let g = |m: usize, k: usize, n: usize, (rsa, csa): (isize, isize)| Gemm {

@@ -382,6 +382,24 @@ pub(crate) fn component_forward(
     } else {
         None
     };
+    // A recurrent unit whose every input is embedded in bulk: its input projection
+    // (`x · x2h`, linear and independent of the state) runs for every step at once, one large
+    // product instead of one small product per step. Training keeps the per-step form, whose
+    // input dropout draws one mask per step.
+    let projected = if bulk && dropout.is_none() && comp.unit.is_recurrent() && split.is_none() {
+        let parts: Option<Vec<&Array>> = bulk_parts.iter().map(Option::as_ref).collect();
+        match parts {
+            Some(parts) => Some(comp.unit.project_input(
+                store,
+                &comp.name,
+                &Array::try_concat(&parts, 1)?,
+                None,
+            )?),
+            None => None,
+        }
+    } else {
+        None
+    };
     let mut recurrent: Vec<RecurrentTable> = Vec::new();
     if bulk {
         for (i, l) in comp.linked.iter().enumerate() {
@@ -414,6 +432,14 @@ pub(crate) fn component_forward(
                 dropout.as_deref_mut(),
             )?;
             write_recurrent(comp, &mut recurrent, t, &layers)?;
+            history.push(layers);
+            continue;
+        }
+        if let Some(z) = &projected {
+            let (layers, next) =
+                comp.unit
+                    .forward(store, &comp.name, &slice(z)?, state.as_ref(), None)?;
+            state = next;
             history.push(layers);
             continue;
         }

@@ -35,12 +35,23 @@ use crate::translator::LinkIndex;
 /// assert_eq!(b.weights(), [0.0, 0.0, 1.0, 0.5, 1.0, 0.0, 0.0, 0.0]);
 /// # Ok::<(), kiln_dragnn::network::NetworkError>(())
 /// ```
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default)]
 pub struct FixedBatch {
     rows: usize,
     size: usize,
-    /// Per cell, its (id, weight) pairs in order of arrival.
-    cells: Vec<Vec<(i64, f32)>>,
+    /// Every (cell, id, weight) in order of arrival: one allocation per batch rather than
+    /// one per cell (a parser step fills thousands of cells).
+    entries: Vec<(usize, i64, f32)>,
+}
+
+impl PartialEq for FixedBatch {
+    /// Equal when they hold the same pairs in each cell, in the same order.
+    fn eq(&self, other: &FixedBatch) -> bool {
+        (self.rows, self.size) == (other.rows, other.size)
+            && self.width() == other.width()
+            && self.ids() == other.ids()
+            && self.weights() == other.weights()
+    }
 }
 
 impl FixedBatch {
@@ -54,7 +65,7 @@ impl FixedBatch {
         FixedBatch {
             rows,
             size,
-            cells: vec![Vec::new(); rows * size],
+            entries: Vec::new(),
         }
     }
 
@@ -92,18 +103,20 @@ impl FixedBatch {
         out: &FixedFeatureOutput,
     ) -> Result<(), NetworkError> {
         let base = first_row * self.size;
+        let cells = self.rows * self.size;
+        self.entries.reserve(out.len());
         for i in 0..out.len() {
             let cell = usize::try_from(out.indices[i])
                 .ok()
                 .and_then(|x| x.checked_add(base))
-                .filter(|&c| c < self.cells.len())
+                .filter(|&c| c < cells)
                 .ok_or(NetworkError::FeatureIndex {
                     index: i64::from(out.indices[i]),
                     first_row,
                     rows: self.rows,
                     size: self.size,
                 })?;
-            self.cells[cell].push((out.ids[i], out.weights[i]));
+            self.entries.push((cell, out.ids[i], out.weights[i]));
         }
         Ok(())
     }
@@ -114,7 +127,33 @@ impl FixedBatch {
     /// assert_eq!(kiln_dragnn::network::FixedBatch::new(0, 0).width(), 1);
     /// ```
     pub fn width(&self) -> usize {
-        self.cells.iter().map(Vec::len).max().unwrap_or(0).max(1)
+        let mut count = vec![0usize; self.rows * self.size];
+        let mut most = 1;
+        for &(c, _, _) in &self.entries {
+            count[c] += 1;
+            most = most.max(count[c]);
+        }
+        most
+    }
+
+    /// The pairs laid out `[rows * size * width]` (padding `pad`), each cell's in order of
+    /// arrival.
+    fn laid_out<T: Copy>(&self, pad: T, pick: impl Fn(&(usize, i64, f32)) -> T) -> Vec<T> {
+        let w = self.width();
+        let cells = self.rows * self.size;
+        let mut out = vec![pad; cells * w];
+        if w == 1 {
+            for e in &self.entries {
+                out[e.0] = pick(e);
+            }
+            return out;
+        }
+        let mut fill = vec![0usize; cells];
+        for e in &self.entries {
+            out[e.0 * w + fill[e.0]] = pick(e);
+            fill[e.0] += 1;
+        }
+        out
     }
 
     /// The ids, `[rows * size * width]`, padding 0.
@@ -123,14 +162,7 @@ impl FixedBatch {
     /// assert_eq!(kiln_dragnn::network::FixedBatch::new(1, 2).ids(), [0, 0]);
     /// ```
     pub fn ids(&self) -> Vec<i64> {
-        let w = self.width();
-        let mut out = vec![0; self.cells.len() * w];
-        for (c, cell) in self.cells.iter().enumerate() {
-            for (k, &(id, _)) in cell.iter().enumerate() {
-                out[c * w + k] = id;
-            }
-        }
-        out
+        self.laid_out(0, |e| e.1)
     }
 
     /// The weights, `[rows * size * width]`, padding 0.
@@ -139,14 +171,7 @@ impl FixedBatch {
     /// assert_eq!(kiln_dragnn::network::FixedBatch::new(1, 1).weights(), [0.0]);
     /// ```
     pub fn weights(&self) -> Vec<f32> {
-        let w = self.width();
-        let mut out = vec![0.0; self.cells.len() * w];
-        for (c, cell) in self.cells.iter().enumerate() {
-            for (k, &(_, wt)) in cell.iter().enumerate() {
-                out[c * w + k] = wt;
-            }
-        }
-        out
+        self.laid_out(0.0, |e| e.2)
     }
 
     /// The rows `start..start + count` as a batch of their own.
@@ -159,10 +184,16 @@ impl FixedBatch {
     /// # Ok::<(), kiln_dragnn::network::NetworkError>(())
     /// ```
     pub fn rows_range(&self, start: usize, count: usize) -> FixedBatch {
+        let (lo, hi) = (start * self.size, (start + count) * self.size);
         FixedBatch {
             rows: count,
             size: self.size,
-            cells: self.cells[start * self.size..(start + count) * self.size].to_vec(),
+            entries: self
+                .entries
+                .iter()
+                .filter(|e| (lo..hi).contains(&e.0))
+                .map(|&(c, id, w)| (c - lo, id, w))
+                .collect(),
         }
     }
 }
