@@ -16,7 +16,13 @@
 //! kiln's graph cache compiles each component's step once.
 //! The layers that linked features read are copied to host tables after each step, and
 //! linked inputs are gathered from them on the host (the source's values are already
-//! computed; only the projection runs in the graph).
+//! computed).
+//! A channel reading an earlier component projects every row of that component's table
+//! once, before the steps, so a step only gathers projected rows; a channel reading the
+//! component's own earlier steps projects its gathered rows in the step's graph.
+//! A fixed channel whose cells hold at most one feature of weight 1 (the usual case)
+//! embeds with one gather from its matrix with a zero row appended (built once per batch)
+//! instead of the general weighted sum.
 //!
 //! [`parse`] splits sentences into batches of similar length, runs them on several
 //! threads with sessions from a [`ComputeSessionPool`], and returns the annotated sentences
@@ -33,7 +39,9 @@ use super::train::{component_forward, items, source_row, walk_component, Unroll}
 use super::MasterModel;
 use crate::component::FixedFeatureOutput;
 use crate::document::{read_conllu, Sentence};
-use crate::network::{floats, gather_links_host, FixedBatch, Layers, LinkBatch, NetworkError};
+use crate::network::{
+    floats, gather_links_host, FixedBatch, Layers, LinkBatch, NetworkError, ReshapeTo,
+};
 use crate::pool::ComputeSessionPool;
 use crate::session::ComputeSession;
 
@@ -151,6 +159,40 @@ pub fn run_session(
             tables.push(own);
             continue;
         }
+        // Linked channels reading another component's fixed activations: every source row
+        // projected once ([`projected_links`]); each step then only gathers rows.
+        let mut projected: Vec<Option<(Vec<f32>, usize)>> = Vec::new();
+        for (c, l) in comp.linked.iter().enumerate() {
+            projected.push(match (l.recurrent, l.dim) {
+                (false, Some(_)) => {
+                    let (table, dim) =
+                        tables[l.source]
+                            .get(&l.layer)
+                            .ok_or_else(|| NetworkError::BadUnit {
+                                component: comp.name.clone(),
+                                unit: "linked feature".into(),
+                                message: format!("layer '{}' of its source was not kept", l.layer),
+                            })?;
+                    let p = store.value(&format!("{}/linked_embedding_matrix_{c}", comp.name))?;
+                    Some(projected_links(&p, table, dim)?)
+                }
+                _ => None,
+            });
+        }
+        // Each embedding matrix with a zero row after its last (evaluated once): a step
+        // whose cells hold one feature of weight 1 or none embeds with one gather.
+        let mut padded: Vec<Option<Array>> = Vec::new();
+        for (c, f) in comp.fixed.iter().enumerate() {
+            padded.push(match f.dim {
+                Some(dim) => {
+                    let m = store.value(&format!("{}/fixed_embedding_matrix_{c}", comp.name))?;
+                    let m = Array::try_concat(&[&m, &Array::zeros(&[1, dim], dtype)], 0)?;
+                    m.eval()?;
+                    Some(m)
+                }
+                None => None,
+            });
+        }
         let mut state = comp.unit.initial_state(stride, dtype)?;
         while !session.is_terminal(name)? {
             let mut parts = Vec::new();
@@ -159,13 +201,25 @@ pub fn run_session(
                 session.get_input_features(name, c, &mut out)?;
                 let mut b = FixedBatch::new(stride, f.size);
                 b.add_step(0, &out)?;
-                parts.push(comp.embed_fixed(store, c, &b)?);
+                match padded[c].as_ref().and_then(|m| gathered_ids(m, &b)) {
+                    Some((m, ids)) => parts.push(
+                        m.try_take(&Array::from_vec(ids, &[stride * f.size])?, 0)?
+                            .reshape_to(&[stride, f.size * m.shape()[1]])?,
+                    ),
+                    None => parts.push(comp.embed_fixed(store, c, &b)?),
+                }
             }
             for (c, l) in comp.linked.iter().enumerate() {
                 let links = session.get_translated_link_features(name, c)?;
                 let src = if l.recurrent { &own } else { &tables[l.source] };
                 let mut b = LinkBatch::new(l.size);
                 b.add_step(&links, |x| source_row(x, src.stride, src.beam));
+                if let Some((table, dim)) = &projected[c] {
+                    let rows = gather_projected(table, *dim, &b)?;
+                    let rows = floats(rows, &[stride, l.size * dim], dtype)?;
+                    parts.push(rows);
+                    continue;
+                }
                 let (table, dim) = src.get(&l.layer).ok_or_else(|| NetworkError::BadUnit {
                     component: comp.name.clone(),
                     unit: "linked feature".into(),
@@ -234,6 +288,74 @@ pub fn run_session(
         tables.push(own);
     }
     Ok(())
+}
+
+/// The ids to gather from `padded` (an embedding matrix with a zero row appended) when
+/// every cell of `batch` holds at most one feature, of weight 1: each cell's id, or the zero
+/// row's for an empty cell, the same rows [`crate::network::embed_fixed`]'s weighted sum
+/// gives. `None` (use that sum) for multi-valued or weighted cells.
+fn gathered_ids<'m>(padded: &'m Array, batch: &FixedBatch) -> Option<(&'m Array, Vec<i64>)> {
+    if batch.width() != 1 {
+        return None;
+    }
+    let zero = padded.shape()[0] as i64 - 1;
+    let ids = batch.ids();
+    let weights = batch.weights();
+    if weights.iter().any(|&w| w != 0.0 && w != 1.0) {
+        return None;
+    }
+    let ids = ids
+        .iter()
+        .zip(&weights)
+        .map(|(&id, &w)| if w == 0.0 { zero } else { id })
+        .collect();
+    Some((padded, ids))
+}
+
+/// A linked channel's projection `p` (`[source_dim + 1, dim]`) applied to every row of its
+/// source's `table` (`[n, source_dim]` on the host): `[n + 1, dim]`, row `r` being
+/// `[table[r], 0] · p` and row `n` the out-of-range row `[0, …, 0, 1] · p`.
+/// The same values [`crate::network::embed_links`] computes for each gathered row, computed
+/// once per source row instead of once per step and slot.
+fn projected_links(
+    p: &Array,
+    table: &[f32],
+    source_dim: usize,
+) -> crate::Result<(Vec<f32>, usize)> {
+    let dtype = p.dtype();
+    let dim = p.shape()[1];
+    let n = table.len() / source_dim.max(1);
+    let rows = floats(table.to_vec(), &[n, source_dim], dtype)?;
+    let projected = Array::try_concat(
+        &[
+            &rows.try_matmul(&p.try_slice(kiln::s![0..source_dim])?)?,
+            &p.try_slice(kiln::s![source_dim..source_dim + 1])?,
+        ],
+        0,
+    )?;
+    Ok((host_f32(&projected)?, dim))
+}
+
+/// The rows of a [`projected_links`] table a step's links read, `[rows * size, dim]`: the
+/// out-of-range row (the table's last) where a link has no source row.
+fn gather_projected(table: &[f32], dim: usize, batch: &LinkBatch) -> crate::Result<Vec<f32>> {
+    let oob_row = (table.len() / dim.max(1)).saturating_sub(1);
+    let mut out = Vec::with_capacity(batch.source_rows.len() * dim);
+    for r in &batch.source_rows {
+        let r = match r {
+            Some(r) if *r < oob_row => *r,
+            Some(r) => {
+                return Err(NetworkError::LinkRow {
+                    row: *r,
+                    table_rows: oob_row,
+                }
+                .into())
+            }
+            None => oob_row,
+        };
+        out.extend_from_slice(&table[r * dim..(r + 1) * dim]);
+    }
+    Ok(out)
 }
 
 /// Whether a component's features never depend on its own predictions, so that its every
@@ -374,4 +496,141 @@ pub fn parse(
         .zip(sentences)
         .map(|(r, s)| r.unwrap_or_else(|| s.clone()))
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    //! The inference shortcuts against the general embedding functions they stand for.
+    use super::*;
+    use crate::component::FixedFeatureOutput;
+    use crate::network::{embed_fixed, embed_links};
+
+    /// A small deterministic generator (SplitMix64).
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        }
+
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+
+        fn float(&mut self) -> f32 {
+            (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+        }
+    }
+
+    #[test]
+    fn projected_links_gathered_equal_the_projection_of_gathered_rows() {
+        let mut rng = Rng(7);
+        for (n, source_dim, dim, rows, size) in
+            [(1, 3, 2, 1, 1), (17, 9, 5, 6, 3), (40, 33, 16, 8, 2)]
+        {
+            let table: Vec<f32> = (0..n * source_dim).map(|_| rng.float()).collect();
+            let p: Vec<f32> = (0..(source_dim + 1) * dim).map(|_| rng.float()).collect();
+            let p = Array::from_vec(p, &[source_dim + 1, dim]).unwrap();
+            let batch = LinkBatch {
+                rows,
+                size,
+                source_rows: (0..rows * size)
+                    .map(|_| (rng.below(4) > 0).then(|| rng.below(n)))
+                    .collect(),
+            };
+            let (projected, d) = projected_links(&p, &table, source_dim).unwrap();
+            assert_eq!((d, projected.len()), (dim, (n + 1) * dim));
+            let got = gather_projected(&projected, dim, &batch).unwrap();
+            let (g, oob) = gather_links_host(&table, source_dim, &batch).unwrap();
+            let g = Array::from_vec(g, &[rows * size, source_dim]).unwrap();
+            let oob = Array::from_vec(oob, &[rows * size, 1]).unwrap();
+            let want = embed_links(&g, &oob, Some(&p), rows, size)
+                .unwrap()
+                .to_vec::<f32>()
+                .unwrap();
+            assert_eq!(got.len(), want.len());
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                    "element {i}: {a} against {b}"
+                );
+            }
+            let bad = LinkBatch {
+                rows: 1,
+                size: 1,
+                source_rows: vec![Some(n)],
+            };
+            assert!(gather_projected(&projected, dim, &bad).is_err());
+        }
+    }
+
+    #[test]
+    fn one_gather_from_the_padded_matrix_equals_the_weighted_sum() {
+        let mut rng = Rng(11);
+        let (vocab, dim) = (9, 4);
+        let m: Vec<f32> = (0..vocab * dim).map(|_| rng.float()).collect();
+        let matrix = Array::from_vec(m, &[vocab, dim]).unwrap();
+        let padded = Array::concat(&[&matrix, &Array::zeros(&[1, dim], DType::F32)], 0);
+        for trial in 0..20 {
+            let (rows, size) = (1 + rng.below(5), 1 + rng.below(4));
+            let mut out = FixedFeatureOutput::default();
+            for cell in 0..rows * size {
+                match rng.below(5) {
+                    0 => {}
+                    1 if trial % 2 == 0 => {
+                        // Weight 0: embeds as zeros either way.
+                        out.indices.push(cell as i32);
+                        out.ids.push(rng.below(vocab) as i64);
+                        out.weights.push(0.0);
+                    }
+                    _ => {
+                        out.indices.push(cell as i32);
+                        out.ids.push(rng.below(vocab) as i64);
+                        out.weights.push(1.0);
+                    }
+                }
+            }
+            let mut b = FixedBatch::new(rows, size);
+            b.add_step(0, &out).unwrap();
+            let (m, ids) = gathered_ids(&padded, &b).expect("single features of weight 1");
+            let got = m
+                .take(&Array::from_vec(ids, &[rows * size]).unwrap(), 0)
+                .reshape_to(&[rows, size * dim])
+                .unwrap()
+                .to_vec::<f32>()
+                .unwrap();
+            let want = embed_fixed(Some(&matrix), &b, DType::F32)
+                .unwrap()
+                .to_vec::<f32>()
+                .unwrap();
+            assert_eq!(got, want, "trial {trial}");
+        }
+        // Two features in a cell, or a weight other than 0 and 1: the weighted sum is needed.
+        let mut b = FixedBatch::new(1, 1);
+        b.add_step(
+            0,
+            &FixedFeatureOutput {
+                indices: vec![0, 0],
+                ids: vec![1, 2],
+                weights: vec![1.0, 1.0],
+            },
+        )
+        .unwrap();
+        assert!(gathered_ids(&padded, &b).is_none());
+        let mut b = FixedBatch::new(1, 1);
+        b.add_step(
+            0,
+            &FixedFeatureOutput {
+                indices: vec![0],
+                ids: vec![1],
+                weights: vec![0.5],
+            },
+        )
+        .unwrap();
+        assert!(gathered_ids(&padded, &b).is_none());
+    }
 }
