@@ -21,7 +21,9 @@
 //!   comments, multiword tokens and empty nodes as in the input, UPOS/HEAD/DEPREL filled,
 //!   heads forming a tree (also for unknown words and one-word sentences);
 //! - parsing and training more batches of the same shape compiles nothing new
-//!   (`kiln::cache_stats`), for feed-forward and recurrent models.
+//!   (`kiln::cache_stats`), for feed-forward and recurrent models;
+//! - with `use_moving_average`, a run evaluates and returns the parameters' exponential
+//!   moving averages, recomputed here from runs stopped after each step.
 //!
 //! The feed-forward units use `tanh`: with `relu`, a unit this small can lose an input to
 //! dead hidden units and never learn it (seen with 16 units at learning rate 0.02).
@@ -42,6 +44,7 @@ use kiln::{Array, DType};
 use kiln_dragnn::document::{read_conllu, write_conllu, Column, Sentence};
 use kiln_dragnn::features::chen_manning::{fml, LABEL_LOCATORS, LOCATORS};
 use kiln_dragnn::model::infer::{parse, InferOptions};
+use kiln_dragnn::model::run::{run_training, RunOptions};
 use kiln_dragnn::model::train::{Trainer, Unroll};
 use kiln_dragnn::model::MasterModel;
 use kiln_dragnn::scorer::score;
@@ -1557,4 +1560,75 @@ fn an_f64_model_trains_and_parses_like_its_f32_twin() -> R {
         &parse(t.model(), &blank, &options(8))?,
         false,
     )
+}
+
+/// `use_moving_average`: a training run evaluates and returns the exponential moving
+/// averages of the parameters, `avg ← d·avg + (1 − d)·θₙ` with `d = min(average_weight,
+/// (1 + n) / (10 + n))` from the initial values, here recomputed in `f64` from the parameters
+/// θₙ of identical runs stopped after each of the `k` steps (averaging does not change the
+/// training trajectory). The average weight 0.25 makes the first update take the step
+/// formula (2/11) and later ones the weight.
+#[test]
+fn a_run_with_moving_averages_returns_the_averaged_parameters() -> R {
+    let _g = lock();
+    let (train, _) = corpus(21, 24, "avg")?;
+    let (dev, _) = corpus(22, 8, "avg-dev")?;
+    let spec = tagger_component(8);
+    let run = |steps: usize, average: bool| -> R<HashMap<String, Vec<f64>>> {
+        let mut g = grid(0.05, 0.0)?;
+        g.use_moving_average = Some(average);
+        g.average_weight = Some(0.25);
+        let mut trainer = Trainer::new(model(&spec, &train, DType::F64, g)?, &[], Unroll::Bulk)?;
+        if steps > 0 {
+            let options = RunOptions {
+                batch_size: 4,
+                train_steps: vec![steps],
+                report_every: steps,
+                ..RunOptions::default()
+            };
+            run_training(&mut trainer, &train, &dev, &options, |_| {})?;
+        }
+        values(trainer.model())
+    };
+    let k = 4;
+    let thetas: Vec<HashMap<String, Vec<f64>>> =
+        (0..=k).map(|j| run(j, false)).collect::<R<_>>()?;
+    let got = run(k, true)?;
+    let mut moved = 0.0f64;
+    for (name, initial) in &thetas[0] {
+        let mut avg = initial.clone();
+        for (n, theta) in thetas.iter().enumerate().skip(1) {
+            let d = 0.25f64.min((1.0 + n as f64) / (10.0 + n as f64));
+            for (a, x) in avg.iter_mut().zip(&theta[name]) {
+                *a = d * *a + (1.0 - d) * x;
+            }
+        }
+        for (i, (g, w)) in got[name].iter().zip(&avg).enumerate() {
+            assert!(
+                close(*g, *w, 1e-12),
+                "{name}[{i}]: {g} against the average {w}"
+            );
+        }
+        for (g, last) in got[name].iter().zip(&thetas[k][name]) {
+            moved = moved.max((g - last).abs());
+        }
+    }
+    eprintln!("largest difference between the averages and the last values: {moved}");
+    // The averages are not the last values: the test would see a run that ignored them.
+    assert!(moved > 1e-6, "the averaged parameters equal the last ones");
+    let mut g = grid(0.05, 0.0)?;
+    g.use_moving_average = Some(true);
+    g.average_weight = Some(1.5);
+    let mut trainer = Trainer::new(model(&spec, &train, DType::F64, g)?, &[], Unroll::Bulk)?;
+    let options = RunOptions {
+        batch_size: 4,
+        train_steps: vec![1],
+        ..RunOptions::default()
+    };
+    let e = run_training(&mut trainer, &train, &dev, &options, |_| {})
+        .err()
+        .ok_or("an average weight of 1.5 was accepted")?
+        .to_string();
+    assert!(e.contains("average_weight is 1.5"), "{e}");
+    Ok(())
 }

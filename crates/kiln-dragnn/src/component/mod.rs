@@ -355,6 +355,12 @@ pub trait Component: TranslationSource + Send + Sync {
     fn advance_from_oracle(&mut self) -> crate::Result<()>;
     /// Whether every state of every beam is final.
     fn is_terminal(&self) -> bool;
+    /// Whether every state of batch item `batch`'s beam is final (inference leaves such
+    /// items out of a step's computation). The default, `false`, computes every item.
+    fn is_terminal_at(&self, batch: usize) -> bool {
+        let _ = batch;
+        false
+    }
     /// The states passed downstream, `[batch][item]` (a SyntaxNet component passes only the
     /// top item of each beam).
     fn get_beam(&self) -> Vec<Vec<ParserState>>;

@@ -468,6 +468,12 @@ impl Component for SyntaxNetComponent {
             .all(|b| b.is_terminal(self.system.as_ref()))
     }
 
+    fn is_terminal_at(&self, batch: usize) -> bool {
+        self.beams
+            .get(batch)
+            .is_none_or(|b| b.is_terminal(self.system.as_ref()))
+    }
+
     fn get_beam(&self) -> Vec<Vec<ParserState>> {
         self.beams
             .iter()

@@ -11,9 +11,12 @@
 //! evaluation instead, with the training code's bulk graph, and then advance their beams
 //! from the precomputed scores (beam 1 only).
 //!
-//! A step's graph has the same operations at every step and for every batch: finished
-//! sentences keep their rows (their features embed as zeros or as the final state's), so
-//! kiln's graph cache compiles each component's step once.
+//! A step's graph has the same operations at every step and for every batch.
+//! A unit with state (an LSTM) keeps the rows of finished sentences (their features embed
+//! as zeros or as the final state's), so its step's shapes never change.
+//! A unit without state (a feed-forward parser) computes only the rows of sentences still
+//! parsing; kiln's graph cache compiles a new plan for a new row count only where the count
+//! changes the shapes' size pattern (it becomes 1, or equal to another dimension).
 //! The layers that linked features read are copied to host tables after each step, and
 //! linked inputs are gathered from them on the host (the source's values are already
 //! computed).
@@ -194,30 +197,40 @@ pub fn run_session(
             });
         }
         let mut state = comp.unit.initial_state(stride, dtype)?;
+        // A unit without state computes only the rows of batch items still parsing: a
+        // finished item's rows would be computed and ignored ([`Steps`]).
+        let stateless = state.is_none() && !comp.unit.is_recurrent();
         while !session.is_terminal(name)? {
+            let step = if stateless {
+                let c = session.readied_component(name)?;
+                Steps::of(stride / k.max(1), k, |b| c.is_terminal_at(b))
+            } else {
+                Steps::all(stride)
+            };
+            let rows = step.rows();
             let mut parts = Vec::new();
             for (c, f) in comp.fixed.iter().enumerate() {
                 let mut out = FixedFeatureOutput::default();
                 session.get_input_features(name, c, &mut out)?;
-                let mut b = FixedBatch::new(stride, f.size);
+                let out = step.fixed(out, f.size);
+                let mut b = FixedBatch::new(rows, f.size);
                 b.add_step(0, &out)?;
                 match padded[c].as_ref().and_then(|m| gathered_ids(m, &b)) {
                     Some((m, ids)) => parts.push(
-                        m.try_take(&Array::from_vec(ids, &[stride * f.size])?, 0)?
-                            .reshape_to(&[stride, f.size * m.shape()[1]])?,
+                        m.try_take(&Array::from_vec(ids, &[rows * f.size])?, 0)?
+                            .reshape_to(&[rows, f.size * m.shape()[1]])?,
                     ),
                     None => parts.push(comp.embed_fixed(store, c, &b)?),
                 }
             }
             for (c, l) in comp.linked.iter().enumerate() {
-                let links = session.get_translated_link_features(name, c)?;
+                let links = step.links(session.get_translated_link_features(name, c)?, l.size);
                 let src = if l.recurrent { &own } else { &tables[l.source] };
                 let mut b = LinkBatch::new(l.size);
                 b.add_step(&links, |x| source_row(x, src.stride, src.beam));
                 if let Some((table, dim)) = &projected[c] {
-                    let rows = gather_projected(table, *dim, &b)?;
-                    let rows = floats(rows, &[stride, l.size * dim], dtype)?;
-                    parts.push(rows);
+                    let gathered = gather_projected(table, *dim, &b)?;
+                    parts.push(floats(gathered, &[rows, l.size * dim], dtype)?);
                     continue;
                 }
                 let (table, dim) = src.get(&l.layer).ok_or_else(|| NetworkError::BadUnit {
@@ -225,17 +238,16 @@ pub fn run_session(
                     unit: "linked feature".into(),
                     message: format!("layer '{}' of its source was not kept", l.layer),
                 })?;
-                let (rows, oob) = gather_links_host(table, dim, &b)?;
+                let (gathered_rows, oob) = gather_links_host(table, dim, &b)?;
                 let n = b.source_rows.len();
-                let rows = floats(rows, &[n, dim], dtype)?;
+                let gathered = floats(gathered_rows, &[n, dim], dtype)?;
                 let oob = floats(oob, &[n, 1], dtype)?;
-                parts.push(comp.embed_linked(store, c, &rows, &oob, stride)?);
+                parts.push(comp.embed_linked(store, c, &gathered, &oob, rows)?);
             }
             let (layers, next) = comp.run(store, &parts, state.as_ref(), None)?;
-            let scores = match layers.get("logits").filter(|_| predicts) {
-                Some(l) => Some(l.try_log_softmax(-1)?),
-                None => None,
-            };
+            // The logits come to the host, which log-softmaxes them ([`log_softmax_rows`]):
+            // a few dozen values per row, where the graph would spend four small kernels.
+            let scores = layers.get("logits").filter(|_| predicts).cloned();
             let mut outputs: Vec<&Array> = Vec::new();
             if let Some(l) = &scores {
                 outputs.push(l);
@@ -250,15 +262,18 @@ pub fn run_session(
                 outputs.push(&s.c);
             }
             kiln::eval(&outputs)?;
-            for (n, _, table) in &mut own.layers {
+            for (n, width, table) in &mut own.layers {
                 if let Some(l) = layers.get(n) {
-                    table.extend(host_f32(l)?);
+                    step.extend_full(table, &host_f32(l)?, *width);
                 }
             }
             state = next;
             match &scores {
-                Some(scores) => {
-                    let scores = host_f32(scores)?;
+                Some(logits) => {
+                    let mut computed = host_f32(logits)?;
+                    log_softmax_rows(&mut computed, comp.num_actions);
+                    let mut scores = Vec::with_capacity(stride * comp.num_actions);
+                    step.extend_full(&mut scores, &computed, comp.num_actions);
                     session.advance_from_prediction(name, &scores, stride, comp.num_actions)?;
                     // A recurrent unit's state follows the beam: each slot continues from the
                     // state of the slot its item came from.
@@ -288,6 +303,116 @@ pub fn run_session(
         tables.push(own);
     }
     Ok(())
+}
+
+/// Which rows of a step's full `[stride]` layout (`batch × beam`, item-major) the step
+/// computes: every row, or those of the batch items still parsing, in order.
+struct Steps {
+    stride: usize,
+    /// For each full row, its row in the step's computation (`None`: left out).
+    row_of: Option<Vec<Option<usize>>>,
+    rows: usize,
+}
+
+impl Steps {
+    /// Every row of `stride`.
+    fn all(stride: usize) -> Steps {
+        Steps {
+            stride,
+            row_of: None,
+            rows: stride,
+        }
+    }
+
+    /// The rows of the items of `batch` (each `beam` rows) for which `done` is false.
+    fn of(batch: usize, beam: usize, done: impl Fn(usize) -> bool) -> Steps {
+        let stride = batch * beam;
+        let finished: Vec<bool> = (0..batch).map(done).collect();
+        if !finished.iter().any(|&d| d) {
+            return Steps::all(stride);
+        }
+        let mut next = 0;
+        let row_of = (0..stride)
+            .map(|r| {
+                (!finished[r / beam.max(1)]).then(|| {
+                    next += 1;
+                    next - 1
+                })
+            })
+            .collect();
+        Steps {
+            stride,
+            row_of: Some(row_of),
+            rows: next,
+        }
+    }
+
+    /// The rows computed.
+    fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// A full step's fixed features (indices `row * size + slot`) as the computed rows'.
+    fn fixed(&self, out: FixedFeatureOutput, size: usize) -> FixedFeatureOutput {
+        let Some(row_of) = &self.row_of else {
+            return out;
+        };
+        let mut kept = FixedFeatureOutput::default();
+        for i in 0..out.indices.len() {
+            let index = usize::try_from(out.indices[i]).ok();
+            let row = index.and_then(|x| row_of.get(x / size.max(1)).copied().flatten());
+            if let (Some(index), Some(row)) = (index, row) {
+                kept.indices.push((row * size + index % size) as i32);
+                kept.ids.push(out.ids[i]);
+                kept.weights.push(out.weights[i]);
+            }
+        }
+        kept
+    }
+
+    /// A full step's links (`size` per row) as the computed rows'.
+    fn links<T: Copy>(&self, links: Vec<T>, size: usize) -> Vec<T> {
+        let Some(row_of) = &self.row_of else {
+            return links;
+        };
+        links
+            .chunks(size.max(1))
+            .zip(row_of)
+            .filter(|(_, r)| r.is_some())
+            .flat_map(|(chunk, _)| chunk.iter().copied())
+            .collect()
+    }
+
+    /// Appends the computed rows' values (`width` each) to `table` in the full layout,
+    /// zeros in the rows left out.
+    fn extend_full(&self, table: &mut Vec<f32>, computed: &[f32], width: usize) {
+        let Some(row_of) = &self.row_of else {
+            table.extend_from_slice(computed);
+            return;
+        };
+        table.reserve(self.stride * width);
+        for r in row_of {
+            match r {
+                Some(r) => table.extend_from_slice(&computed[r * width..(r + 1) * width]),
+                None => table.extend(std::iter::repeat_n(0.0, width)),
+            }
+        }
+    }
+}
+
+/// Each row of `width` logits replaced by its log-softmax, `x − m − ln Σ exp(x − m)` with
+/// `m` the row's maximum (0 where that is not finite, as `kiln::Array::log_softmax` takes
+/// it), summed in `f64`.
+fn log_softmax_rows(values: &mut [f32], width: usize) {
+    for row in values.chunks_mut(width.max(1)) {
+        let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+        let max = if max.is_finite() { max } else { 0.0 };
+        let sum: f64 = row.iter().map(|&x| f64::from(x - max).exp()).sum();
+        let log = sum.ln() as f32;
+        for x in row {
+            *x = *x - max - log;
+        }
+    }
 }
 
 /// The ids to gather from `padded` (an embedding matrix with a zero row appended) when
@@ -523,6 +648,59 @@ mod tests {
 
         fn float(&mut self) -> f32 {
             (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+        }
+    }
+
+    /// Batch item 1 of 3 (beam 2) finished: its rows 2 and 3 are left out of the step, the
+    /// others renumbered in order, and results come back to the full layout with zeros.
+    #[test]
+    fn a_step_leaves_out_the_rows_of_finished_items() {
+        let step = Steps::of(3, 2, |b| b == 1);
+        assert_eq!(step.rows(), 4);
+        // Two slots per row; one feature in each cell, id = 10·row + slot.
+        let mut out = FixedFeatureOutput::default();
+        for row in 0..6i32 {
+            for slot in 0..2i32 {
+                out.indices.push(row * 2 + slot);
+                out.ids.push(i64::from(10 * row + slot));
+                out.weights.push(1.0);
+            }
+        }
+        let kept = step.fixed(out, 2);
+        assert_eq!(kept.indices, [0, 1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(kept.ids, [0, 1, 10, 11, 40, 41, 50, 51]);
+        assert_eq!(step.links((0..12).collect(), 2), [0, 1, 2, 3, 8, 9, 10, 11]);
+        let mut table = vec![9.0];
+        step.extend_full(&mut table, &[1.0, 2.0, 3.0, 4.0], 1);
+        assert_eq!(table, [9.0, 1.0, 2.0, 0.0, 0.0, 3.0, 4.0]);
+        // Nothing finished: everything passes through.
+        let all = Steps::of(3, 2, |_| false);
+        assert_eq!((all.rows(), all.links(vec![1, 2], 1)), (6, vec![1, 2]));
+        // Everything finished: no rows.
+        assert_eq!(Steps::of(3, 2, |_| true).rows(), 0);
+    }
+
+    #[test]
+    fn host_log_softmax_equals_the_graphs() {
+        let mut rng = Rng(5);
+        let (rows, width) = (7, 13);
+        let mut v: Vec<f32> = (0..rows * width).map(|_| rng.float() * 30.0).collect();
+        v[3] = f32::NEG_INFINITY;
+        // A row of -inf, and one with +inf: what the graph gives, NaN included.
+        for x in &mut v[2 * width..3 * width] {
+            *x = f32::NEG_INFINITY;
+        }
+        v[4 * width + 5] = f32::INFINITY;
+        let want = Array::from_vec(v.clone(), &[rows, width])
+            .unwrap()
+            .log_softmax(-1)
+            .to_vec::<f32>()
+            .unwrap();
+        log_softmax_rows(&mut v, width);
+        for (i, (a, b)) in v.iter().zip(&want).enumerate() {
+            let same =
+                (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= 1e-5 * (1.0 + b.abs());
+            assert!(same, "element {i}: {a} against {b}");
         }
     }
 

@@ -2,6 +2,8 @@
 //! of similar length, dev evaluation every `report_every` steps, and the best parameters
 //! by the evaluation metric kept (in memory: a snapshot holds the parameters' array
 //! handles, which optimizer steps replace rather than mutate, so it costs no copy).
+//! With `use_moving_average` the run keeps exponential moving averages of the parameters
+//! and evaluates, keeps and returns those.
 //!
 //! Depends on [`super::train`], [`super::infer`], [`crate::scorer`] and
 //! [`crate::document`].
@@ -189,6 +191,78 @@ impl Batches {
     }
 }
 
+/// The values of `trainer`'s parameters, in store order (handles: no copy).
+fn values(trainer: &Trainer) -> Vec<Array> {
+    trainer
+        .model()
+        .params()
+        .parameters()
+        .map(|p| p.value())
+        .collect()
+}
+
+/// Exponential moving averages of every parameter (`GridPoint.use_moving_average`), as
+/// TensorFlow's `ExponentialMovingAverage` with `num_updates` keeps them for DRAGNN: after
+/// update `n`, `avg = d·avg + (1 − d)·value` with `d = min(average_weight, (1 + n) / (10 + n))`,
+/// starting from the initial values. Dev evaluation, the best snapshot and so the saved model
+/// use the averages.
+struct Average {
+    weight: f64,
+    values: Vec<Array>,
+}
+
+impl Average {
+    /// The averages of `trainer`'s parameters, when its grid point asks for them; an
+    /// `average_weight` outside `(0, 1]` is an error naming it.
+    fn new(trainer: &Trainer) -> crate::Result<Option<Average>> {
+        let grid = trainer.model().grid();
+        if !grid.use_moving_average() {
+            return Ok(None);
+        }
+        let weight = grid.average_weight();
+        if !(weight > 0.0 && weight <= 1.0) {
+            return Err(NetworkError::BadUnit {
+                component: "(grid point)".into(),
+                unit: "average_weight".into(),
+                message: format!("average_weight is {weight}; it must be in (0, 1]"),
+            }
+            .into());
+        }
+        Ok(Some(Average {
+            weight,
+            values: values(trainer),
+        }))
+    }
+
+    /// Folds in the parameters' values after update `n` (from 1).
+    fn update(&mut self, trainer: &Trainer, n: usize) -> crate::Result<()> {
+        let n = n as f64;
+        let d = self.weight.min((1.0 + n) / (10.0 + n));
+        let next: Vec<Array> = trainer
+            .model()
+            .params()
+            .parameters()
+            .zip(&self.values)
+            .map(|(p, avg)| {
+                let v = p.value();
+                // In the parameter's own dtype: f64 scalars are weak, so f32 stays f32.
+                avg * d + &(&v * (1.0 - d))
+            })
+            .collect();
+        kiln::eval(&next.iter().collect::<Vec<_>>())?;
+        self.values = next;
+        Ok(())
+    }
+
+    /// Assigns the averages to `trainer`'s parameters.
+    fn assign_to(&self, trainer: &Trainer) -> crate::Result<()> {
+        for (p, v) in trainer.model().params().parameters().zip(&self.values) {
+            p.assign(v.clone()).map_err(NetworkError::from)?;
+        }
+        Ok(())
+    }
+}
+
 /// The outcome of a run.
 #[derive(Debug, Clone)]
 pub struct RunResult {
@@ -236,6 +310,7 @@ pub fn run_training(
     if train.is_empty() {
         return Err(bad("no training sentences".into()));
     }
+    let mut average = Average::new(trainer)?;
     let plan = schedule(&options.pretrain_steps, &options.train_steps, options.seed);
     let lengths: Vec<usize> = train.iter().map(Sentence::len).collect();
     let mut batches = Batches::new(&lengths, options.batch_size, options.seed ^ 0x5eed);
@@ -243,6 +318,7 @@ pub fn run_training(
     let mut best: Option<(f64, usize, Score, Vec<Array>)> = None;
     let mut steps = 0;
     let evaluate = |trainer: &Trainer,
+                    average: &Option<Average>,
                     step: usize,
                     best: &mut Option<(f64, usize, Score, Vec<Array>)>,
                     report: &mut dyn FnMut(&Event)|
@@ -251,17 +327,21 @@ pub fn run_training(
             return Ok(());
         }
         let t = Instant::now();
-        let out = parse(trainer.model(), dev, &options.infer)?;
-        let s = score(dev, &out)?;
+        // With moving averages the averaged parameters are evaluated (and kept as the best),
+        // then the training values are put back.
+        let training = values(trainer);
+        if let Some(a) = average {
+            a.assign_to(trainer)?;
+        }
+        let parsed = parse(trainer.model(), dev, &options.infer);
+        let snapshot = values(trainer);
+        for (p, v) in trainer.model().params().parameters().zip(&training) {
+            p.assign(v.clone()).map_err(NetworkError::from)?;
+        }
+        let s = score(dev, &parsed?)?;
         let m = options.metric.of(&s);
         let is_best = best.as_ref().is_none_or(|(b, ..)| m > *b);
         if is_best {
-            let snapshot = trainer
-                .model()
-                .params()
-                .parameters()
-                .map(|p| p.value())
-                .collect();
             *best = Some((m, step, s, snapshot));
         }
         report(&Event::Eval {
@@ -279,6 +359,9 @@ pub fn run_training(
         let batch: Vec<Sentence> = idx.iter().map(|&j| train[j].clone()).collect();
         let stats = trainer.step(target, &batch)?;
         steps = i + 1;
+        if let Some(a) = average.as_mut() {
+            a.update(trainer, steps)?;
+        }
         report(&Event::Step {
             step: steps,
             seconds: start.elapsed().as_secs_f64(),
@@ -288,7 +371,7 @@ pub fn run_training(
             .time_limit
             .is_some_and(|l| start.elapsed().as_secs_f64() >= l);
         if steps % options.report_every.max(1) == 0 || steps == plan.len() || out_of_time {
-            evaluate(trainer, steps, &mut best, &mut report)?;
+            evaluate(trainer, &average, steps, &mut best, &mut report)?;
         }
         if out_of_time {
             break;
