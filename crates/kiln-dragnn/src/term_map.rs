@@ -170,7 +170,9 @@ pub struct TermMap {
     // Shared: a map is built once and then only read, and every session's feature channels
     // hold it (a clone copies two pointers, not the vocabulary).
     terms: Arc<Vec<(String, u64)>>,
-    index: Arc<HashMap<String, usize>>,
+    // Fx hashing: features look terms up for every token at every step, and SipHash's
+    // protection against chosen keys buys nothing for a vocabulary read from a file.
+    index: Arc<HashMap<String, usize, rustc_hash::FxBuildHasher>>,
 }
 
 impl TermMap {
