@@ -58,11 +58,22 @@ struct HostTables {
 }
 
 impl HostTables {
-    fn get(&self, layer: &str) -> Option<(&[f32], usize)> {
+    /// The rows and width of `layer`, which a linked feature of `reader` reads; an error
+    /// naming both when the source did not keep it.
+    fn layer(
+        &self,
+        reader: &super::ComponentModel,
+        layer: &str,
+    ) -> Result<(&[f32], usize), NetworkError> {
         self.layers
             .iter()
             .find(|(n, _, _)| n == layer)
             .map(|(_, d, v)| (v.as_slice(), *d))
+            .ok_or_else(|| NetworkError::BadUnit {
+                component: reader.name.clone(),
+                unit: "linked feature".into(),
+                message: format!("layer '{layer}' of its source was not kept"),
+            })
     }
 }
 
@@ -168,14 +179,7 @@ pub fn run_session(
         for (c, l) in comp.linked.iter().enumerate() {
             projected.push(match (l.recurrent, l.dim) {
                 (false, Some(_)) => {
-                    let (table, dim) =
-                        tables[l.source]
-                            .get(&l.layer)
-                            .ok_or_else(|| NetworkError::BadUnit {
-                                component: comp.name.clone(),
-                                unit: "linked feature".into(),
-                                message: format!("layer '{}' of its source was not kept", l.layer),
-                            })?;
+                    let (table, dim) = tables[l.source].layer(comp, &l.layer)?;
                     let p = store.value(&format!("{}/linked_embedding_matrix_{c}", comp.name))?;
                     Some(projected_links(&p, table, dim)?)
                 }
@@ -233,11 +237,7 @@ pub fn run_session(
                     parts.push(floats(gathered, &[rows, l.size * dim], dtype)?);
                     continue;
                 }
-                let (table, dim) = src.get(&l.layer).ok_or_else(|| NetworkError::BadUnit {
-                    component: comp.name.clone(),
-                    unit: "linked feature".into(),
-                    message: format!("layer '{}' of its source was not kept", l.layer),
-                })?;
+                let (table, dim) = src.layer(comp, &l.layer)?;
                 let (gathered_rows, oob) = gather_links_host(table, dim, &b)?;
                 let n = b.source_rows.len();
                 let gathered = floats(gathered_rows, &[n, dim], dtype)?;
@@ -630,24 +630,20 @@ mod tests {
     use crate::component::FixedFeatureOutput;
     use crate::network::{embed_fixed, embed_links};
 
-    /// A small deterministic generator (SplitMix64).
-    struct Rng(u64);
+    /// A seeded generator of test values: uniform floats in [-1, 1) and indices below `n`.
+    struct Rng(fastrand::Rng);
 
     impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
+        fn new(seed: u64) -> Rng {
+            Rng(fastrand::Rng::with_seed(seed))
         }
 
         fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
+            self.0.usize(..n)
         }
 
         fn float(&mut self) -> f32 {
-            (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+            self.0.f32() * 2.0 - 1.0
         }
     }
 
@@ -682,7 +678,7 @@ mod tests {
 
     #[test]
     fn host_log_softmax_equals_the_graphs() {
-        let mut rng = Rng(5);
+        let mut rng = Rng::new(5);
         let (rows, width) = (7, 13);
         let mut v: Vec<f32> = (0..rows * width).map(|_| rng.float() * 30.0).collect();
         v[3] = f32::NEG_INFINITY;
@@ -706,7 +702,7 @@ mod tests {
 
     #[test]
     fn projected_links_gathered_equal_the_projection_of_gathered_rows() {
-        let mut rng = Rng(7);
+        let mut rng = Rng::new(7);
         for (n, source_dim, dim, rows, size) in
             [(1, 3, 2, 1, 1), (17, 9, 5, 6, 3), (40, 33, 16, 8, 2)]
         {
@@ -748,7 +744,7 @@ mod tests {
 
     #[test]
     fn one_gather_from_the_padded_matrix_equals_the_weighted_sum() {
-        let mut rng = Rng(11);
+        let mut rng = Rng::new(11);
         let (vocab, dim) = (9, 4);
         let m: Vec<f32> = (0..vocab * dim).map(|_| rng.float()).collect();
         let matrix = Array::from_vec(m, &[vocab, dim]).unwrap();
