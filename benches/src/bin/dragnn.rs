@@ -58,6 +58,9 @@ struct Cli {
     /// Thread counts to run.
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     threads: Vec<usize>,
+    /// Sentences per batch (`InferOptions::batch_size`) to run.
+    #[arg(long, value_delimiter = ',', default_value = "32")]
+    batch_sizes: Vec<usize>,
 }
 
 #[derive(Serialize)]
@@ -66,6 +69,7 @@ struct Record {
     cpu: String,
     beam: usize,
     threads: usize,
+    batch_size: usize,
     sentences: usize,
     words: usize,
     median_s: f64,
@@ -133,11 +137,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let words: usize = input.iter().map(|s| s.len()).sum();
     let n = input.len().max(1) as f64;
     for &beam in &cli.beams {
-        for &threads in &cli.threads {
+        for (&threads, &batch_size) in cli
+            .threads
+            .iter()
+            .flat_map(|t| cli.batch_sizes.iter().map(move |b| (t, b)))
+        {
             let options = InferOptions {
                 beam: Some(beam),
                 threads,
-                ..InferOptions::default()
+                batch_size,
             };
             let before = kiln::cache_stats().misses;
             let out = parse(&model, &input, &options)?;
@@ -166,6 +174,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 cpu: kiln_benches::cpu_model(),
                 beam,
                 threads,
+                batch_size,
                 sentences: input.len(),
                 words,
                 median_s: median,

@@ -1649,3 +1649,28 @@ fn param_store_errors_name_the_parameter() -> R {
     assert_mentions(&e, &["no parameter", "lstm/x2ico"]);
     Ok(())
 }
+
+#[test]
+fn feature_id_dropout_replaces_about_the_share_it_is_told_to() {
+    let n = 20_000;
+    let mut b = FixedBatch::new(n, 1);
+    let out = FixedFeatureOutput {
+        indices: (0..n as i32).collect(),
+        ids: (0..n as i64).map(|i| i % 10).collect(),
+        weights: vec![1.0; n],
+    };
+    b.add_step(0, &out).unwrap();
+    let mut rng = fastrand::Rng::with_seed(7);
+    // ids 0..5 kept with probability 0.25, ids 5..10 never dropped
+    let dropped = b.drop_ids(99, |id| if id < 5 { 0.25 } else { 1.0 }, &mut rng);
+    let ids = b.ids();
+    assert_eq!(ids.iter().filter(|&&i| i == 99).count(), dropped);
+    assert!(ids
+        .iter()
+        .enumerate()
+        .all(|(k, &i)| i == 99 || i == k as i64 % 10));
+    assert!(ids.iter().enumerate().all(|(k, &i)| k % 10 < 5 || i != 99));
+    // 10,000 draws at 0.75: mean 7,500, sd 43
+    assert!((7_200..=7_800).contains(&dropped), "{dropped} dropped");
+    assert_eq!(b.weights(), vec![1.0; n]);
+}

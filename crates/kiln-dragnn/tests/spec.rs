@@ -632,6 +632,8 @@ fn feature_dropout_settings_are_consistent() {
     spec.component[0].fixed_feature[0].dropout_keep_probability = vec![0.9];
     spec.validate().unwrap();
     spec.component[0].fixed_feature[0].dropout_id = Some(-2);
+    spec.validate().unwrap();
+    spec.component[0].fixed_feature[0].dropout_id = Some(-3);
     assert_invalid(&spec, "tagger", "fixed_feature[0].dropout_id", "-1");
 }
 

@@ -1632,3 +1632,99 @@ fn a_run_with_moving_averages_returns_the_averaged_parameters() -> R {
     assert!(e.contains("average_weight is 1.5"), "{e}");
     Ok(())
 }
+
+/// A tagger over the words whose words channel drops with `dropout`.
+fn dropout_tagger(dropout: &str, fml: &str) -> String {
+    format!(
+        r#"component {{
+  name: "tagger"
+  transition_system {{ registered_name: "tagger" }}
+  fixed_feature {{ name: "words" fml: "{fml}" embedding_dim: 8 {dropout} }}
+  network_unit {{ registered_name: "FeedForwardNetwork" parameters {{ key: "hidden_layer_sizes" value: "16" }}
+    parameters {{ key: "nonlinearity" value: "tanh" }} }}
+  {BACKEND}
+  inference_beam_size: 1
+}}
+"#
+    )
+}
+
+#[test]
+fn dropping_every_word_to_the_unknown_term_is_tagging_unseen_words() -> R {
+    let _g = lock();
+    let mut rng = Rng(61);
+    let sentences: Vec<Vec<Word>> = (0..6).map(|_| generate(&mut rng)).collect();
+    let text = |unseen: bool| -> String {
+        let mut out = String::new();
+        for (i, words) in sentences.iter().enumerate() {
+            let words: Vec<Word> = words
+                .iter()
+                .map(|w| Word {
+                    form: if unseen { "unseen" } else { w.form },
+                    ..w.clone()
+                })
+                .collect();
+            out.push_str(&conllu(&words, &format!("s-{i}"), false));
+        }
+        out
+    };
+    let (known, unseen) = (read_conllu(&text(false))?, read_conllu(&text(true))?);
+    // input(-1) and input(1) reach past the ends: <ROOT> and <OUTSIDE> are never dropped,
+    // as they are not replaced in the reference either.
+    let spec = dropout_tagger(
+        "dropout_id: -2 dropout_keep_probability: 0.0",
+        "input(-1).word input.word input(1).word",
+    );
+    let m = model(&spec, &known, DType::F64, grid(0.01, 0.0)?)?;
+    randomize(&m)?;
+    let mut t = Trainer::new(m, &[], Unroll::Bulk)?;
+    let mut loss = |batch: &[Sentence], seed: Option<u64>| -> R<f64> {
+        Ok(t.loss_and_grads(0, batch, seed)?.loss.item::<f64>()?)
+    };
+    let dropped = loss(&known, Some(3))?;
+    let reference = loss(&unseen, None)?;
+    let kept = loss(&known, None)?;
+    assert!(
+        close(dropped, reference, 1e-12),
+        "every word dropped: {dropped}, unseen words: {reference}"
+    );
+    assert!(!close(kept, reference, 1e-6), "no seed, no dropout: {kept}");
+    Ok(())
+}
+
+#[test]
+fn feature_dropout_settings_the_channel_cannot_meet_are_errors() -> R {
+    let _g = lock();
+    let (train, _) = corpus(62, 4, "train")?;
+    let build = |dropout: &str, fml: &str| {
+        model(
+            &dropout_tagger(dropout, fml),
+            &train,
+            DType::F32,
+            grid(0.01, 0.0)?,
+        )
+    };
+    let message = |r: R<MasterModel>| match r {
+        Ok(_) => panic!("the model was built"),
+        Err(e) => e.to_string(),
+    };
+    let e = message(build(
+        "dropout_id: -2 dropout_keep_probability: 0.5",
+        "input.word input.digit",
+    ));
+    assert!(e.contains("words") && e.contains("no unknown term"), "{e}");
+    let e = message(build(
+        "dropout_id: 1000000 dropout_keep_probability: 0.5",
+        "input.word",
+    ));
+    assert!(e.contains("1000000") && e.contains("outside"), "{e}");
+    build(
+        "dropout_id: 0 dropout_keep_probability: [1.0, 0.5]",
+        "input.word",
+    )?;
+    build(
+        "dropout_id: -2 dropout_keep_probability: 0.5",
+        "input.word stack.word",
+    )?;
+    Ok(())
+}

@@ -109,6 +109,8 @@ struct Slot {
     base: usize,
     /// The number of values the slot's ids take.
     domain: usize,
+    /// The unknown term's id, for value types that have one.
+    unknown: Option<usize>,
     lookup: Lookup,
 }
 
@@ -388,11 +390,26 @@ impl FixedChannel {
                     }
                 }
             };
+            let unknown = match &feature {
+                Feature::Token { value, .. } => match value {
+                    TokenValue::Word
+                    | TokenValue::Lemma
+                    | TokenValue::Tag
+                    | TokenValue::Label
+                    | TokenValue::Prefix(_)
+                    | TokenValue::Suffix(_) => Some(base),
+                    // after <BREAK_CHAR>
+                    TokenValue::Char => Some(base + 1),
+                    _ => None,
+                },
+                Feature::LastAction(_) => None,
+            };
             slots.push(Slot {
                 text: t.to_string(),
                 feature,
                 base,
                 domain: base + extra,
+                unknown,
                 lookup,
             });
         }
@@ -482,6 +499,14 @@ impl FixedFeatures for FixedChannel {
 
     fn vocabulary_size(&self) -> usize {
         self.vocabulary_size
+    }
+
+    fn unknown_id(&self) -> Option<usize> {
+        let first = self.slots.first()?.unknown?;
+        self.slots
+            .iter()
+            .all(|s| s.unknown == Some(first))
+            .then_some(first)
     }
 
     fn extract(&self, state: &ParserState, out: &mut Vec<FixedFeature>) {

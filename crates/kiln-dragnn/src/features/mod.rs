@@ -197,6 +197,23 @@ pub trait FixedFeatures: Send + Sync + std::fmt::Debug {
     /// The ids of the channel's vocabulary: an id is below this (the embedding matrix has
     /// one more row, the padding row `vocabulary_size`).
     fn vocabulary_size(&self) -> usize;
+    /// The unknown term's id, where every template of the channel has the same one (a
+    /// channel of word templates: `W`); `None` otherwise (shapes, `last-action`, mixed
+    /// value types).
+    ///
+    /// ```
+    /// use kiln_dragnn::{document::read_conllu, term_map::{TermMaps, TermMapOptions}};
+    /// use kiln_dragnn::{features::{fixed_channel, FixedFeatures}, spec::FixedFeatureChannel};
+    /// let doc = read_conllu("1\ta\t_\tX\t_\t_\t0\troot\t_\t_\n2\tb\t_\tX\t_\t_\t1\tdep\t_\t_").unwrap();
+    /// let maps = TermMaps::build(&doc, &TermMapOptions::default());
+    /// let words = FixedFeatureChannel { name: Some("w".into()), fml: Some("input.word stack.word".into()), ..Default::default() };
+    /// assert_eq!(fixed_channel(&words, &maps).unwrap().unknown_id(), Some(2)); // two words
+    /// let mixed = FixedFeatureChannel { name: Some("m".into()), fml: Some("input.word input.tag".into()), ..Default::default() };
+    /// assert_eq!(fixed_channel(&mixed, &maps).unwrap().unknown_id(), None);
+    /// ```
+    fn unknown_id(&self) -> Option<usize> {
+        None
+    }
     /// Appends the features of `state` to `out` (a template may give several, as a
     /// `token { ... }` group does, or none).
     fn extract(&self, state: &ParserState, out: &mut Vec<FixedFeature>);

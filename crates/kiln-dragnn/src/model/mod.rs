@@ -46,7 +46,107 @@ pub struct FixedInput {
     pub vocabulary: usize,
     /// The embedding width (`None`: ids pass through, `embedding_dim: -1`).
     pub dim: Option<usize>,
+    /// Feature-id dropout in training (`dropout_id`, `dropout_keep_probability`), if on.
+    pub dropout: Option<IdDropout>,
 }
+
+/// A fixed channel's feature-id dropout, as DRAGNN's `dropout_id` and
+/// `dropout_keep_probability`: in training, each extracted id below `limit` is kept with
+/// its keep probability and otherwise replaced by `id` (its weight unchanged).
+/// Inference never drops.
+///
+/// A spec's `dropout_id: -2` ([`UNKNOWN_DROPOUT_ID`]) is kiln's name for the channel's
+/// unknown term ([`crate::features::FixedFeatures::unknown_id`]; a hand-written spec cannot
+/// know it, since the training data decides the vocabulary): dropped words then train the
+/// embedding unseen words get at parse time, and the special values after the unknown
+/// (`<OUTSIDE>`, `<ROOT>`) are never dropped.
+/// Any other id drops every id of the channel, as in DRAGNN.
+///
+/// ```
+/// let d = kiln_dragnn::model::IdDropout { id: 9, keep: vec![1.0, 0.5], limit: 9 };
+/// assert_eq!((d.keep_of(0), d.keep_of(1), d.keep_of(7), d.keep_of(10)), (1.0, 0.5, 0.5, 1.0));
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct IdDropout {
+    /// The id a dropped feature becomes.
+    pub id: i64,
+    /// Keep probabilities by feature id; the last one holds for every later id.
+    pub keep: Vec<f32>,
+    /// Ids at or above this are always kept.
+    pub limit: i64,
+}
+
+impl IdDropout {
+    /// Resolves a channel's spec fields against the channel built from it (`None` when
+    /// dropout is off).
+    fn from_spec(
+        component: &str,
+        spec: &crate::spec::FixedFeatureChannel,
+        channel: &dyn crate::features::FixedFeatures,
+    ) -> Result<Option<IdDropout>, NetworkError> {
+        let bad = |message: String| NetworkError::BadUnit {
+            component: component.to_string(),
+            unit: format!("fixed feature '{}'", spec.name()),
+            message,
+        };
+        let vocabulary = channel.vocabulary_size() as i64;
+        let (id, limit) = match spec.dropout_id() {
+            -1 => return Ok(None),
+            UNKNOWN_DROPOUT_ID => {
+                let unknown = channel.unknown_id().ok_or_else(|| {
+                    bad(format!(
+                        "dropout_id -2 names the unknown term, but the templates of {:?} \
+                         have no unknown term in common (shapes, actions and mixed value \
+                         types have none); give an id below {vocabulary}, or split the channel",
+                        spec.fml()
+                    ))
+                })? as i64;
+                (unknown, unknown)
+            }
+            id => (id, vocabulary),
+        };
+        if !(0..vocabulary).contains(&id) {
+            return Err(bad(format!(
+                "dropout_id {id} lies outside the channel's {vocabulary} ids; use an id \
+                 below {vocabulary}, or -2 for the unknown term"
+            )));
+        }
+        if spec.dropout_keep_probability.is_empty() {
+            return Err(bad(
+                "dropout_id turns feature dropout on, but dropout_keep_probability is empty; \
+                 give one keep probability (for every id) or one per id"
+                    .into(),
+            ));
+        }
+        if let Some(p) = spec
+            .dropout_keep_probability
+            .iter()
+            .find(|p| !(0.0..=1.0).contains(*p))
+        {
+            return Err(bad(format!(
+                "dropout_keep_probability holds {p}; a probability must be in [0, 1]"
+            )));
+        }
+        Ok(Some(IdDropout {
+            id,
+            keep: spec.dropout_keep_probability.clone(),
+            limit,
+        }))
+    }
+
+    /// The keep probability of feature `id`.
+    pub fn keep_of(&self, id: i64) -> f32 {
+        if id >= self.limit {
+            return 1.0;
+        }
+        let last = self.keep.len().saturating_sub(1);
+        let i = usize::try_from(id).map_or(0, |i| i.min(last));
+        self.keep.get(i).copied().unwrap_or(1.0)
+    }
+}
+
+/// The `dropout_id` that names a channel's unknown term ([`IdDropout`]).
+pub const UNKNOWN_DROPOUT_ID: i64 = -2;
 
 /// A linked channel's shape and source.
 #[derive(Debug, Clone, PartialEq)]
@@ -111,11 +211,13 @@ impl ComponentModel {
             let dim = usize::try_from(c.embedding_dim()).ok().filter(|&d| d > 0);
             let size = channel.size();
             input_dim += size * dim.unwrap_or(1);
+            let vocabulary = channel.vocabulary_size();
             fixed.push(FixedInput {
                 name: c.name().to_string(),
                 size,
-                vocabulary: channel.vocabulary_size(),
+                vocabulary,
                 dim,
+                dropout: IdDropout::from_spec(&name, c, channel.as_ref())?,
             });
         }
         let mut pending = Vec::new();
@@ -330,6 +432,17 @@ impl MasterModel {
         maps: Arc<TermMaps>,
         dtype: DType,
     ) -> crate::Result<MasterModel> {
+        MasterModel::build(spec, grid, maps, dtype, false)
+    }
+
+    /// [`MasterModel::new`], with the parameters' initial values left lazy when `loading`.
+    fn build(
+        spec: MasterSpec,
+        grid: GridPoint,
+        maps: Arc<TermMaps>,
+        dtype: DType,
+        loading: bool,
+    ) -> crate::Result<MasterModel> {
         spec.validate()?;
         let mut components: Vec<ComponentModel> = Vec::new();
         for (i, c) in spec.component.iter().enumerate() {
@@ -337,6 +450,9 @@ impl MasterModel {
             components.push(m);
         }
         let mut params = ParamStore::new(grid.seed() as u64, dtype);
+        if loading {
+            params.defer_initial_values();
+        }
         for c in &components {
             c.create_params(&mut params)?;
         }
@@ -442,7 +558,7 @@ impl MasterModel {
         };
         let maps =
             TermMaps::load(dir, &options).map_err(crate::transition::TransitionError::from)?;
-        let mut model = MasterModel::new(spec, grid, Arc::new(maps), dtype)?;
+        let mut model = MasterModel::build(spec, grid, Arc::new(maps), dtype, true)?;
         model.params.load(dir.join("params.safetensors"))?;
         Ok(model)
     }

@@ -160,6 +160,19 @@ pub(crate) fn walk_component(
     })
 }
 
+/// Applies each fixed channel's feature-id dropout ([`crate::model::IdDropout`]) to the
+/// walks' features, drawing from `seed`.
+pub fn drop_feature_ids(model: &MasterModel, walks: &mut [Walk], seed: u64) {
+    let mut rng = fastrand::Rng::with_seed(seed ^ 0x5851_f42d_4c95_7f2d);
+    for (comp, walk) in model.components().iter().zip(walks.iter_mut()) {
+        for (input, batch) in comp.fixed.iter().zip(walk.fixed.iter_mut()) {
+            if let Some(d) = &input.dropout {
+                batch.drop_ids(d.id, |id| d.keep_of(id), &mut rng);
+            }
+        }
+    }
+}
+
 /// How [`forward`] builds a component's graph.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unroll {
@@ -734,7 +747,10 @@ impl Trainer {
         dropout_seed: Option<u64>,
     ) -> crate::Result<LossAndGrads> {
         let t = &self.targets[target];
-        let walks = walk_oracle(&self.model, &mut self.session, sentences, t.last)?;
+        let mut walks = walk_oracle(&self.model, &mut self.session, sentences, t.last)?;
+        if let Some(seed) = dropout_seed {
+            drop_feature_ids(&self.model, &mut walks, seed);
+        }
         let mut seeds = dropout_seed.map(DropoutSeeds::new);
         let layers = forward(&self.model, &walks, self.unroll, seeds.as_mut())?;
         let store = self.model.params();

@@ -174,6 +174,37 @@ impl FixedBatch {
         self.laid_out(0.0, |e| e.2)
     }
 
+    /// Feature-id dropout: replaces each id by `to` with probability `1 - keep(id)`,
+    /// drawing from `rng`; weights stay.
+    /// Returns how many ids were replaced.
+    ///
+    /// ```
+    /// use kiln_dragnn::{component::FixedFeatureOutput, network::FixedBatch};
+    /// let mut b = FixedBatch::new(3, 1);
+    /// b.add_step(0, &FixedFeatureOutput { indices: vec![0, 1, 2], ids: vec![4, 5, 6], weights: vec![1.0; 3] })?;
+    /// let mut rng = fastrand::Rng::with_seed(1);
+    /// assert_eq!(b.drop_ids(9, |id| if id == 5 { 0.0 } else { 1.0 }, &mut rng), 1);
+    /// assert_eq!(b.ids(), [4, 9, 6]);
+    /// # Ok::<(), kiln_dragnn::network::NetworkError>(())
+    /// ```
+    pub fn drop_ids(
+        &mut self,
+        to: i64,
+        keep: impl Fn(i64) -> f32,
+        rng: &mut fastrand::Rng,
+    ) -> usize {
+        let mut dropped = 0;
+        for e in &mut self.entries {
+            let k = keep(e.1);
+            // `k >= 1` draws nothing, so a channel kept whole leaves the stream untouched
+            if k < 1.0 && rng.f32() >= k {
+                e.1 = to;
+                dropped += 1;
+            }
+        }
+        dropped
+    }
+
     /// The rows `start..start + count` as a batch of their own.
     ///
     /// ```

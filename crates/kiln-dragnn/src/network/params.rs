@@ -57,6 +57,8 @@ pub struct ParamStore {
     seed: u64,
     dtype: DType,
     params: BTreeMap<String, Entry>,
+    /// Leave new parameters' initial values lazy (they are about to be loaded).
+    deferred: bool,
 }
 
 /// FNV-1a of `name`, mixed with `seed`: the seed of a parameter's initial values.
@@ -82,6 +84,7 @@ impl ParamStore {
             seed,
             dtype,
             params: BTreeMap::new(),
+            deferred: false,
         }
     }
 
@@ -145,7 +148,11 @@ impl ParamStore {
             }
             Init::Constant(c) => Array::try_full(shape, c, self.dtype)?,
         };
-        value.eval()?;
+        // A store about to be loaded never needs the initial values: left lazy, they are
+        // never computed (drawing them was an eighth of a parse run's start-up).
+        if !self.deferred {
+            value.eval()?;
+        }
         let param = Parameter::new(name, value.clone());
         self.params
             .insert(name.to_string(), Entry { param, regularized });
@@ -238,6 +245,12 @@ impl ParamStore {
         let params: Vec<&Parameter> = self.parameters().collect();
         kiln_optim::save_safetensors(path, &params)?;
         Ok(())
+    }
+
+    /// Leaves the initial values of parameters created from now on lazy: for a store whose
+    /// values are about to be [`ParamStore::load`]ed.
+    pub(crate) fn defer_initial_values(&mut self) {
+        self.deferred = true;
     }
 
     /// Loads every parameter of the store from a safetensors file written by

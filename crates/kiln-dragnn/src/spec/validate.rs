@@ -328,13 +328,16 @@ impl Check<'_> {
             );
         }
         let dropout_id = ch.dropout_id();
-        if dropout_id < -1 {
+        if dropout_id < -2 {
             self.error(
                 index,
                 format!("{field}.dropout_id"),
-                format!("is {dropout_id}; must be -1 (off) or a feature id >= 0"),
+                format!(
+                    "is {dropout_id}; must be -1 (off), -2 (the channel's unknown \
+                     term) or a feature id >= 0"
+                ),
             );
-        } else if dropout_id >= 0 && ch.dropout_keep_probability.is_empty() {
+        } else if dropout_id != -1 && ch.dropout_keep_probability.is_empty() {
             self.error(
                 index,
                 format!("{field}.dropout_keep_probability"),
