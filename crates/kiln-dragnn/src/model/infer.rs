@@ -17,15 +17,12 @@
 //! A unit without state (a feed-forward parser) computes only the rows of sentences still
 //! parsing; kiln's graph cache compiles a new plan for a new row count only where the count
 //! changes the shapes' size pattern (it becomes 1, or equal to another dimension).
-//! The layers that linked features read are copied to host tables after each step, and
-//! linked inputs are gathered from them on the host (the source's values are already
-//! computed).
-//! A channel reading an earlier component projects every row of that component's table
-//! once, before the steps, so a step only gathers projected rows; a channel reading the
-//! component's own earlier steps projects its gathered rows in the step's graph.
-//! A fixed channel whose cells hold at most one feature of weight 1 (the usual case)
-//! embeds with one gather from its matrix with a zero row appended (built once per batch)
-//! instead of the general weighted sum.
+//! The layers that linked features read are copied to host tables after each step.
+//! A step's whole input is written on the host and goes up as one array, so the step's
+//! graph starts at the unit's first product: fixed channels sum rows of host copies of
+//! their embedding matrices; a channel reading an earlier component copies rows of that
+//! component's table projected once, before the steps; a channel reading the component's
+//! own earlier steps copies rows projected in the graph of the step that made them.
 //!
 //! [`parse`] splits sentences into batches of similar length, runs them on several
 //! threads with sessions from a [`ComputeSessionPool`], and returns the annotated sentences
@@ -42,9 +39,7 @@ use super::train::{component_forward, items, source_row, walk_component, Unroll}
 use super::MasterModel;
 use crate::component::FixedFeatureOutput;
 use crate::document::{read_conllu, Sentence};
-use crate::network::{
-    floats, gather_links_host, FixedBatch, Layers, LinkBatch, NetworkError, ReshapeTo,
-};
+use crate::network::{floats, Layers, LinkBatch, NetworkError};
 use crate::pool::ComputeSessionPool;
 use crate::session::ComputeSession;
 
@@ -173,33 +168,11 @@ pub fn run_session(
             tables.push(own);
             continue;
         }
-        // Linked channels reading another component's fixed activations: every source row
-        // projected once ([`projected_links`]); each step then only gathers rows.
-        let mut projected: Vec<Option<(Vec<f32>, usize)>> = Vec::new();
-        for (c, l) in comp.linked.iter().enumerate() {
-            projected.push(match (l.recurrent, l.dim) {
-                (false, Some(_)) => {
-                    let (table, dim) = tables[l.source].layer(comp, &l.layer)?;
-                    let p = store.value(&format!("{}/linked_embedding_matrix_{c}", comp.name))?;
-                    Some(projected_links(&p, table, dim)?)
-                }
-                _ => None,
-            });
-        }
-        // Each embedding matrix with a zero row after its last (evaluated once): a step
-        // whose cells hold one feature of weight 1 or none embeds with one gather.
-        let mut padded: Vec<Option<Array>> = Vec::new();
-        for (c, f) in comp.fixed.iter().enumerate() {
-            padded.push(match f.dim {
-                Some(dim) => {
-                    let m = store.value(&format!("{}/fixed_embedding_matrix_{c}", comp.name))?;
-                    let m = Array::try_concat(&[&m, &Array::zeros(&[1, dim], dtype)], 0)?;
-                    m.eval()?;
-                    Some(m)
-                }
-                None => None,
-            });
-        }
+        // A step's whole input is written on the host ([`StepInput`]) and goes up as one
+        // array: fixed channels from host copies of their embedding matrices, linked
+        // channels from rows projected once (another component's) or as they are made
+        // (the component's own), so the step's graph starts at the unit's first product.
+        let mut input = StepInput::new(model, comp, &tables)?;
         let mut state = comp.unit.initial_state(stride, dtype)?;
         // A unit without state computes only the rows of batch items still parsing: a
         // finished item's rows would be computed and ignored ([`Steps`]).
@@ -212,39 +185,22 @@ pub fn run_session(
                 Steps::all(stride)
             };
             let rows = step.rows();
-            let mut parts = Vec::new();
-            for (c, f) in comp.fixed.iter().enumerate() {
+            input.clear(rows);
+            for c in 0..comp.fixed.len() {
                 let mut out = FixedFeatureOutput::default();
                 session.get_input_features(name, c, &mut out)?;
-                let out = step.fixed(out, f.size);
-                let mut b = FixedBatch::new(rows, f.size);
-                b.add_step(0, &out)?;
-                match padded[c].as_ref().and_then(|m| gathered_ids(m, &b)) {
-                    Some((m, ids)) => parts.push(
-                        m.try_take(&Array::from_vec(ids, &[rows * f.size])?, 0)?
-                            .reshape_to(&[rows, f.size * m.shape()[1]])?,
-                    ),
-                    None => parts.push(comp.embed_fixed(store, c, &b)?),
-                }
+                input.fixed(comp, c, &step.fixed(out, comp.fixed[c].size))?;
             }
             for (c, l) in comp.linked.iter().enumerate() {
                 let links = step.links(session.get_translated_link_features(name, c)?, l.size);
                 let src = if l.recurrent { &own } else { &tables[l.source] };
                 let mut b = LinkBatch::new(l.size);
                 b.add_step(&links, |x| source_row(x, src.stride, src.beam));
-                if let Some((table, dim)) = &projected[c] {
-                    let gathered = gather_projected(table, *dim, &b)?;
-                    parts.push(floats(gathered, &[rows, l.size * dim], dtype)?);
-                    continue;
-                }
-                let (table, dim) = src.layer(comp, &l.layer)?;
-                let (gathered_rows, oob) = gather_links_host(table, dim, &b)?;
-                let n = b.source_rows.len();
-                let gathered = floats(gathered_rows, &[n, dim], dtype)?;
-                let oob = floats(oob, &[n, 1], dtype)?;
-                parts.push(comp.embed_linked(store, c, &gathered, &oob, rows)?);
+                input.linked(comp, c, &b, src)?;
             }
-            let (layers, next) = comp.run(store, &parts, state.as_ref(), None)?;
+            let x = floats(input.take(), &[rows, input.width], dtype)?;
+            let (layers, next) = comp.run(store, &[x], state.as_ref(), None)?;
+            let own_projected = input.project_own(comp, &layers)?;
             // The logits come to the host, which log-softmaxes them ([`log_softmax_rows`]):
             // a few dozen values per row, where the graph would spend four small kernels.
             let scores = layers.get("logits").filter(|_| predicts).cloned();
@@ -261,7 +217,11 @@ pub fn run_session(
                 outputs.push(&s.h);
                 outputs.push(&s.c);
             }
+            outputs.extend(own_projected.iter().map(|(_, a)| a));
             kiln::eval(&outputs)?;
+            for (c, a) in &own_projected {
+                input.extend_own(*c, &step, &host_f32(a)?);
+            }
             for (n, width, table) in &mut own.layers {
                 if let Some(l) = layers.get(n) {
                     step.extend_full(table, &host_f32(l)?, *width);
@@ -400,6 +360,261 @@ impl Steps {
     }
 }
 
+/// A step's input written on the host, `[rows, width]`: each channel at its column
+/// offset, fixed channels then linked ones in spec order, the layout
+/// [`super::ComponentModel::run`] concatenates.
+/// Fixed channels sum `weight × row` of a host copy of their embedding matrix per cell (as
+/// [`crate::network::embed_fixed`]); projected linked channels copy rows of a projected
+/// table (as [`crate::network::embed_links`] computes them: [`projected_links`]); raw ones
+/// copy the source's rows (zeros out of range).
+struct StepInput {
+    width: usize,
+    rows: usize,
+    values: Vec<f32>,
+    /// Each fixed channel's column offset and host matrix with its width (`None`: the ids
+    /// pass through, `embedding_dim: -1`).
+    fixed: Vec<(usize, Option<HostMatrix>)>,
+    /// Each linked channel's column offset and rows.
+    linked: Vec<(usize, Link)>,
+}
+
+/// A host copy of an embedding matrix (row-major) and its width.
+type HostMatrix = (Vec<f32>, usize);
+
+/// Where a linked channel's rows come from.
+enum Link {
+    /// A projected table (`table`, `[n, dim]`) and the out-of-range row. For a link to the
+    /// component itself, `own` holds the projection's source rows (`[source_dim, dim]`):
+    /// each step's layer is projected in the step's graph and appended ([`StepInput::extend_own`]).
+    Projected {
+        table: Vec<f32>,
+        oob: Vec<f32>,
+        dim: usize,
+        own: Option<Array>,
+    },
+    /// The source layer's raw rows, `dim` wide.
+    Raw { dim: usize },
+}
+
+impl StepInput {
+    fn new(
+        model: &MasterModel,
+        comp: &super::ComponentModel,
+        tables: &[HostTables],
+    ) -> crate::Result<StepInput> {
+        let store = model.params();
+        let mut width = 0;
+        let mut fixed = Vec::with_capacity(comp.fixed.len());
+        for (c, f) in comp.fixed.iter().enumerate() {
+            let matrix = match f.dim {
+                Some(dim) => {
+                    let m = store.value(&format!("{}/fixed_embedding_matrix_{c}", comp.name))?;
+                    Some((host_f32(&m)?, dim))
+                }
+                None => None,
+            };
+            fixed.push((width, matrix));
+            width += f.size * f.dim.unwrap_or(1);
+        }
+        let mut linked = Vec::with_capacity(comp.linked.len());
+        for (c, l) in comp.linked.iter().enumerate() {
+            let link = match l.dim {
+                Some(dim) => {
+                    let p = store.value(&format!("{}/linked_embedding_matrix_{c}", comp.name))?;
+                    let (table, oob, own) = if l.recurrent {
+                        let oob = p.try_slice(kiln::s![l.source_dim..l.source_dim + 1])?;
+                        (
+                            Vec::new(),
+                            host_f32(&oob)?,
+                            Some(p.try_slice(kiln::s![0..l.source_dim])?),
+                        )
+                    } else {
+                        let (source, source_dim) = tables[l.source].layer(comp, &l.layer)?;
+                        let (mut table, _) = projected_links(&p, source, source_dim)?;
+                        let oob = table.split_off(table.len() - dim);
+                        (table, oob, None)
+                    };
+                    Link::Projected {
+                        table,
+                        oob,
+                        dim,
+                        own,
+                    }
+                }
+                None => Link::Raw { dim: l.source_dim },
+            };
+            linked.push((width, link));
+            width += l.size * l.dim.unwrap_or(l.source_dim);
+        }
+        if width != comp.input_dim {
+            return Err(NetworkError::BadUnit {
+                component: comp.name.clone(),
+                unit: "inference".into(),
+                message: format!(
+                    "the channels are {width} wide, but the unit reads {}",
+                    comp.input_dim
+                ),
+            }
+            .into());
+        }
+        Ok(StepInput {
+            width,
+            rows: 0,
+            values: Vec::new(),
+            fixed,
+            linked,
+        })
+    }
+
+    /// Starts a step of `rows` rows, all zero.
+    fn clear(&mut self, rows: usize) {
+        self.rows = rows;
+        self.values.clear();
+        self.values.resize(rows * self.width, 0.0);
+    }
+
+    /// The step's values, `[rows, width]`.
+    fn take(&mut self) -> Vec<f32> {
+        std::mem::take(&mut self.values)
+    }
+
+    /// Writes fixed channel `c`'s features (cell `row * size + slot`).
+    fn fixed(
+        &mut self,
+        comp: &super::ComponentModel,
+        c: usize,
+        out: &FixedFeatureOutput,
+    ) -> crate::Result<()> {
+        let size = comp.fixed[c].size;
+        let (offset, matrix) = &self.fixed[c];
+        for i in 0..out.len() {
+            let cell = usize::try_from(out.indices[i])
+                .ok()
+                .filter(|&x| x < self.rows * size)
+                .ok_or(NetworkError::FeatureIndex {
+                    index: i64::from(out.indices[i]),
+                    first_row: 0,
+                    rows: self.rows,
+                    size,
+                })?;
+            let (row, slot) = (cell / size, cell % size);
+            let (id, w) = (out.ids[i], out.weights[i]);
+            match matrix {
+                Some((m, dim)) => {
+                    let src = usize::try_from(id)
+                        .ok()
+                        .and_then(|id| m.get(id * dim..(id + 1) * dim))
+                        .ok_or_else(|| NetworkError::BadUnit {
+                            component: comp.name.clone(),
+                            unit: format!("fixed feature '{}'", comp.fixed[c].name),
+                            message: format!(
+                                "feature id {id} lies outside the embedding matrix's {} rows",
+                                m.len() / dim.max(&1)
+                            ),
+                        })?;
+                    let at = row * self.width + offset + slot * dim;
+                    for (d, s) in self.values[at..at + dim].iter_mut().zip(src) {
+                        *d += w * s;
+                    }
+                }
+                None => self.values[row * self.width + offset + slot] += id as f32 * w,
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes linked channel `c`'s rows (`batch.source_rows`, `size` per step row) read from
+    /// `source`.
+    fn linked(
+        &mut self,
+        comp: &super::ComponentModel,
+        c: usize,
+        batch: &LinkBatch,
+        source: &HostTables,
+    ) -> crate::Result<()> {
+        let l = &comp.linked[c];
+        let size = l.size.max(1);
+        if batch.source_rows.len() != self.rows * l.size {
+            return Err(NetworkError::BadUnit {
+                component: comp.name.clone(),
+                unit: format!("linked feature '{}'", l.name),
+                message: format!(
+                    "{} links for a step of {} rows of {} slots",
+                    batch.source_rows.len(),
+                    self.rows,
+                    l.size
+                ),
+            }
+            .into());
+        }
+        let (offset, link) = &self.linked[c];
+        let (table, oob, dim) = match link {
+            Link::Projected {
+                table, oob, dim, ..
+            } => (table.as_slice(), Some(oob.as_slice()), *dim),
+            Link::Raw { dim } => (source.layer(comp, &l.layer)?.0, None, *dim),
+        };
+        let n = table.len() / dim.max(1);
+        for (k, r) in batch.source_rows.iter().enumerate() {
+            let src = match r {
+                Some(r) if *r < n => &table[r * dim..(r + 1) * dim],
+                Some(r) => {
+                    return Err(NetworkError::LinkRow {
+                        row: *r,
+                        table_rows: n,
+                    }
+                    .into())
+                }
+                None => match oob {
+                    Some(o) => o,
+                    None => continue,
+                },
+            };
+            let at = (k / size) * self.width + offset + (k % size) * dim;
+            self.values[at..at + dim].copy_from_slice(src);
+        }
+        Ok(())
+    }
+
+    /// For each link of the component to itself that projects, the step's source layer
+    /// times the projection (to be evaluated with the step, then [`StepInput::extend_own`]).
+    fn project_own(
+        &self,
+        comp: &super::ComponentModel,
+        layers: &Layers,
+    ) -> Result<Vec<(usize, Array)>, NetworkError> {
+        let mut out = Vec::new();
+        for (c, (_, link)) in self.linked.iter().enumerate() {
+            if let Link::Projected { own: Some(p), .. } = link {
+                let name = &comp.linked[c].layer;
+                let layer = layers.get(name).ok_or_else(|| NetworkError::BadUnit {
+                    component: comp.name.clone(),
+                    unit: format!("linked feature '{}'", comp.linked[c].name),
+                    message: format!("reads layer '{name}', which the unit did not make"),
+                })?;
+                out.push((c, layer.try_matmul(p)?));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Appends a step's projected own rows (the computed rows', in the full layout).
+    fn extend_own(&mut self, c: usize, step: &Steps, computed: &[f32]) {
+        if let Some((
+            _,
+            Link::Projected {
+                table,
+                dim,
+                own: Some(_),
+                ..
+            },
+        )) = self.linked.get_mut(c)
+        {
+            step.extend_full(table, computed, *dim);
+        }
+    }
+}
+
 /// Each row of `width` logits replaced by its log-softmax, `x − m − ln Σ exp(x − m)` with
 /// `m` the row's maximum (0 where that is not finite, as `kiln::Array::log_softmax` takes
 /// it), summed in `f64`.
@@ -413,28 +628,6 @@ fn log_softmax_rows(values: &mut [f32], width: usize) {
             *x = *x - max - log;
         }
     }
-}
-
-/// The ids to gather from `padded` (an embedding matrix with a zero row appended) when
-/// every cell of `batch` holds at most one feature, of weight 1: each cell's id, or the zero
-/// row's for an empty cell, the same rows [`crate::network::embed_fixed`]'s weighted sum
-/// gives. `None` (use that sum) for multi-valued or weighted cells.
-fn gathered_ids<'m>(padded: &'m Array, batch: &FixedBatch) -> Option<(&'m Array, Vec<i64>)> {
-    if batch.width() != 1 {
-        return None;
-    }
-    let zero = padded.shape()[0] as i64 - 1;
-    let ids = batch.ids();
-    let weights = batch.weights();
-    if weights.iter().any(|&w| w != 0.0 && w != 1.0) {
-        return None;
-    }
-    let ids = ids
-        .iter()
-        .zip(&weights)
-        .map(|(&id, &w)| if w == 0.0 { zero } else { id })
-        .collect();
-    Some((padded, ids))
 }
 
 /// A linked channel's projection `p` (`[source_dim + 1, dim]`) applied to every row of its
@@ -459,28 +652,6 @@ fn projected_links(
         0,
     )?;
     Ok((host_f32(&projected)?, dim))
-}
-
-/// The rows of a [`projected_links`] table a step's links read, `[rows * size, dim]`: the
-/// out-of-range row (the table's last) where a link has no source row.
-fn gather_projected(table: &[f32], dim: usize, batch: &LinkBatch) -> crate::Result<Vec<f32>> {
-    let oob_row = (table.len() / dim.max(1)).saturating_sub(1);
-    let mut out = Vec::with_capacity(batch.source_rows.len() * dim);
-    for r in &batch.source_rows {
-        let r = match r {
-            Some(r) if *r < oob_row => *r,
-            Some(r) => {
-                return Err(NetworkError::LinkRow {
-                    row: *r,
-                    table_rows: oob_row,
-                }
-                .into())
-            }
-            None => oob_row,
-        };
-        out.extend_from_slice(&table[r * dim..(r + 1) * dim]);
-    }
-    Ok(out)
 }
 
 /// Whether a component's features never depend on its own predictions, so that its every
@@ -628,7 +799,7 @@ mod tests {
     //! The inference shortcuts against the general embedding functions they stand for.
     use super::*;
     use crate::component::FixedFeatureOutput;
-    use crate::network::{embed_fixed, embed_links};
+    use crate::network::{gather_links_host, FixedBatch};
 
     /// A seeded generator of test values: uniform floats in [-1, 1) and indices below `n`.
     struct Rng(fastrand::Rng);
@@ -700,111 +871,150 @@ mod tests {
         }
     }
 
-    #[test]
-    fn projected_links_gathered_equal_the_projection_of_gathered_rows() {
-        let mut rng = Rng::new(7);
-        for (n, source_dim, dim, rows, size) in
-            [(1, 3, 2, 1, 1), (17, 9, 5, 6, 3), (40, 33, 16, 8, 2)]
-        {
-            let table: Vec<f32> = (0..n * source_dim).map(|_| rng.float()).collect();
-            let p: Vec<f32> = (0..(source_dim + 1) * dim).map(|_| rng.float()).collect();
-            let p = Array::from_vec(p, &[source_dim + 1, dim]).unwrap();
-            let batch = LinkBatch {
-                rows,
-                size,
-                source_rows: (0..rows * size)
-                    .map(|_| (rng.below(4) > 0).then(|| rng.below(n)))
-                    .collect(),
-            };
-            let (projected, d) = projected_links(&p, &table, source_dim).unwrap();
-            assert_eq!((d, projected.len()), (dim, (n + 1) * dim));
-            let got = gather_projected(&projected, dim, &batch).unwrap();
-            let (g, oob) = gather_links_host(&table, source_dim, &batch).unwrap();
-            let g = Array::from_vec(g, &[rows * size, source_dim]).unwrap();
-            let oob = Array::from_vec(oob, &[rows * size, 1]).unwrap();
-            let want = embed_links(&g, &oob, Some(&p), rows, size)
-                .unwrap()
-                .to_vec::<f32>()
-                .unwrap();
-            assert_eq!(got.len(), want.len());
-            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
-                assert!(
-                    (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
-                    "element {i}: {a} against {b}"
-                );
-            }
-            let bad = LinkBatch {
-                rows: 1,
-                size: 1,
-                source_rows: vec![Some(n)],
-            };
-            assert!(gather_projected(&projected, dim, &bad).is_err());
+    /// A lookahead with a hidden layer, and a parser reading it projected and raw, itself
+    /// projected (`shift-reduce-step`), and fixed words (two slots) and last actions passed
+    /// through (`embedding_dim: -1`).
+    const SPEC: &str = r#"
+component { name: "lookahead"
+  transition_system { registered_name: "shift-only" }
+  fixed_feature { name: "words" fml: "input.word" embedding_dim: 4 }
+  network_unit { registered_name: "FeedForwardNetwork" parameters { key: "hidden_layer_sizes" value: "3" } }
+  backend { registered_name: "SyntaxNetComponent" } }
+component { name: "parser"
+  transition_system { registered_name: "arc-standard" }
+  fixed_feature { name: "words" fml: "input.word stack.word" embedding_dim: 4 }
+  fixed_feature { name: "action" fml: "last-action" embedding_dim: -1 }
+  linked_feature { name: "projected" fml: "input.focus stack.focus" embedding_dim: 2
+    source_component: "lookahead" source_translator: "identity" source_layer: "layer_0" }
+  linked_feature { name: "raw" fml: "input.focus" embedding_dim: -1
+    source_component: "lookahead" source_translator: "identity" source_layer: "layer_0" }
+  linked_feature { name: "own" fml: "stack.focus" embedding_dim: 5
+    source_component: "parser" source_translator: "shift-reduce-step" source_layer: "layer_0" }
+  network_unit { registered_name: "FeedForwardNetwork" parameters { key: "hidden_layer_sizes" value: "6" } }
+  backend { registered_name: "SyntaxNetComponent" } }
+"#;
+
+    fn close(got: &[f32], want: &[f32], what: &str) {
+        assert_eq!(got.len(), want.len(), "{what}: lengths");
+        for (i, (a, b)) in got.iter().zip(want).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                "{what}, element {i}: {a} against {b}"
+            );
         }
     }
 
+    /// The host-written step input against the graph's embeddings of the same features
+    /// (`embed_fixed`, `embed_links` of gathered rows, concatenated), with cells holding
+    /// several weighted features, empty cells and links out of range.
     #[test]
-    fn one_gather_from_the_padded_matrix_equals_the_weighted_sum() {
+    fn the_host_written_step_input_equals_the_graphs_embeddings() {
+        let doc = crate::document::read_conllu(
+            "1\ta\t_\tX\t_\t_\t2\tdep\t_\t_\n2\tb\t_\tY\t_\t_\t0\troot\t_\t_\n3\tc\t_\tX\t_\t_\t2\tobj\t_\t_",
+        )
+        .unwrap();
+        let maps = crate::term_map::TermMaps::build(&doc, &Default::default());
+        let model = MasterModel::new(
+            crate::spec::MasterSpec::from_text(SPEC).unwrap(),
+            crate::spec::GridPoint::default(),
+            std::sync::Arc::new(maps),
+            DType::F32,
+        )
+        .unwrap();
+        let store = model.params();
+        let comp = &model.components()[1];
         let mut rng = Rng::new(11);
-        let (vocab, dim) = (9, 4);
-        let m: Vec<f32> = (0..vocab * dim).map(|_| rng.float()).collect();
-        let matrix = Array::from_vec(m, &[vocab, dim]).unwrap();
-        let padded = Array::concat(&[&matrix, &Array::zeros(&[1, dim], DType::F32)], 0);
-        for trial in 0..20 {
-            let (rows, size) = (1 + rng.below(5), 1 + rng.below(4));
-            let mut out = FixedFeatureOutput::default();
-            for cell in 0..rows * size {
-                match rng.below(5) {
-                    0 => {}
-                    1 if trial % 2 == 0 => {
-                        // Weight 0: embeds as zeros either way.
+        for trial in 0..12 {
+            let (n, own_n) = (3 + rng.below(20), rng.below(12));
+            let look: Vec<f32> = (0..n * 3).map(|_| rng.float()).collect();
+            let own_rows: Vec<f32> = (0..own_n * 6).map(|_| rng.float()).collect();
+            let lookahead = raw_source(&look);
+            let own = HostTables {
+                stride: 1,
+                beam: 1,
+                layers: vec![("layer_0".into(), 6, own_rows.clone())],
+            };
+            let mut input = StepInput::new(&model, comp, std::slice::from_ref(&lookahead)).unwrap();
+            // The own rows come projected, as a run appends them step by step.
+            let mut layers = Layers::default();
+            layers.push(
+                "layer_0",
+                Array::from_vec(own_rows.clone(), &[own_n, 6]).unwrap(),
+            );
+            for (c, a) in input.project_own(comp, &layers).unwrap() {
+                let v = a.to_vec::<f32>().unwrap();
+                input.extend_own(c, &Steps::all(own_n), &v);
+            }
+            let rows = 1 + rng.below(6);
+            input.clear(rows);
+            let mut want: Vec<Array> = Vec::new();
+            for (c, f) in comp.fixed.iter().enumerate() {
+                let mut out = FixedFeatureOutput::default();
+                for cell in 0..rows * f.size {
+                    for _ in 0..rng.below(3) {
                         out.indices.push(cell as i32);
-                        out.ids.push(rng.below(vocab) as i64);
-                        out.weights.push(0.0);
-                    }
-                    _ => {
-                        out.indices.push(cell as i32);
-                        out.ids.push(rng.below(vocab) as i64);
-                        out.weights.push(1.0);
+                        out.ids.push(rng.below(f.vocabulary) as i64);
+                        out.weights
+                            .push(if trial % 2 == 0 { 1.0 } else { rng.float() });
                     }
                 }
+                input.fixed(comp, c, &out).unwrap();
+                let mut b = FixedBatch::new(rows, f.size);
+                b.add_step(0, &out).unwrap();
+                want.push(comp.embed_fixed(store, c, &b).unwrap());
             }
-            let mut b = FixedBatch::new(rows, size);
-            b.add_step(0, &out).unwrap();
-            let (m, ids) = gathered_ids(&padded, &b).expect("single features of weight 1");
-            let got = m
-                .take(&Array::from_vec(ids, &[rows * size]).unwrap(), 0)
-                .reshape_to(&[rows, size * dim])
-                .unwrap()
-                .to_vec::<f32>()
-                .unwrap();
-            let want = embed_fixed(Some(&matrix), &b, DType::F32)
-                .unwrap()
-                .to_vec::<f32>()
-                .unwrap();
-            assert_eq!(got, want, "trial {trial}");
+            for (c, l) in comp.linked.iter().enumerate() {
+                let (src, table, width, count) = if l.recurrent {
+                    (&own, &own_rows, 6, own_n)
+                } else {
+                    (&lookahead, &look, 3, n)
+                };
+                let batch = LinkBatch {
+                    rows,
+                    size: l.size,
+                    source_rows: (0..rows * l.size)
+                        .map(|_| (count > 0 && rng.below(4) > 0).then(|| rng.below(count)))
+                        .collect(),
+                };
+                input.linked(comp, c, &batch, src).unwrap();
+                let (g, oob) = gather_links_host(table, width, &batch).unwrap();
+                let g = Array::from_vec(g, &[rows * l.size, width]).unwrap();
+                let oob = Array::from_vec(oob, &[rows * l.size, 1]).unwrap();
+                want.push(comp.embed_linked(store, c, &g, &oob, rows).unwrap());
+            }
+            let want = Array::concat(&want.iter().collect::<Vec<_>>(), 1);
+            assert_eq!(want.shape(), &[rows, input.width]);
+            close(
+                &input.take(),
+                &want.to_vec::<f32>().unwrap(),
+                &format!("trial {trial}"),
+            );
         }
-        // Two features in a cell, or a weight other than 0 and 1: the weighted sum is needed.
-        let mut b = FixedBatch::new(1, 1);
-        b.add_step(
-            0,
-            &FixedFeatureOutput {
-                indices: vec![0, 0],
-                ids: vec![1, 2],
-                weights: vec![1.0, 1.0],
-            },
-        )
-        .unwrap();
-        assert!(gathered_ids(&padded, &b).is_none());
-        let mut b = FixedBatch::new(1, 1);
-        b.add_step(
-            0,
-            &FixedFeatureOutput {
-                indices: vec![0],
-                ids: vec![1],
-                weights: vec![0.5],
-            },
-        )
-        .unwrap();
-        assert!(gathered_ids(&padded, &b).is_none());
+        // An id past the matrix, a cell past the step, a link past the table: errors.
+        let three = raw_source(&[0.0; 9]);
+        let mut input = StepInput::new(&model, comp, std::slice::from_ref(&three)).unwrap();
+        input.clear(1);
+        let bad = |index: i32, id: i64| FixedFeatureOutput {
+            indices: vec![index],
+            ids: vec![id],
+            weights: vec![1.0],
+        };
+        assert!(input.fixed(comp, 0, &bad(0, 1 << 40)).is_err());
+        assert!(input.fixed(comp, 0, &bad(2, 0)).is_err());
+        let far = LinkBatch {
+            rows: 1,
+            size: 1,
+            source_rows: vec![Some(3)],
+        };
+        assert!(input.linked(comp, 1, &far, &three).is_err());
+    }
+
+    /// A source holding `table` as its `layer_0` (3 wide).
+    fn raw_source(table: &[f32]) -> HostTables {
+        HostTables {
+            stride: 1,
+            beam: 1,
+            layers: vec![("layer_0".into(), 3, table.to_vec())],
+        }
     }
 }

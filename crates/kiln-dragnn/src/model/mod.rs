@@ -390,8 +390,10 @@ impl ComponentModel {
         state: Option<&LstmState>,
         mut dropout: Option<&mut DropoutSeeds>,
     ) -> Result<(Layers, Option<LstmState>), NetworkError> {
-        let refs: Vec<&Array> = parts.iter().collect();
-        let x = Array::try_concat(&refs, 1)?;
+        let x = match parts {
+            [one] => one.clone(),
+            _ => Array::try_concat(&parts.iter().collect::<Vec<_>>(), 1)?,
+        };
         let z = self
             .unit
             .project_input(store, &self.name, &x, dropout.as_deref_mut())?;
