@@ -111,6 +111,41 @@ pub fn run_session(
     session: &mut ComputeSession,
     beam: Option<usize>,
 ) -> crate::Result<()> {
+    run_session_with(model, session, beam, &HostEmbeddings::new(model)?)
+}
+
+/// Host copies of every fixed channel's embedding matrix, made once per [`parse`] and read
+/// by each of its batches' steps ([`StepInput`]).
+struct HostEmbeddings(Vec<Vec<Option<HostMatrix>>>);
+
+impl HostEmbeddings {
+    fn new(model: &MasterModel) -> crate::Result<HostEmbeddings> {
+        let store = model.params();
+        let mut all = Vec::with_capacity(model.components().len());
+        for comp in model.components() {
+            let mut matrices = Vec::with_capacity(comp.fixed.len());
+            for (c, f) in comp.fixed.iter().enumerate() {
+                matrices.push(match f.dim {
+                    Some(dim) => {
+                        let name = format!("{}/fixed_embedding_matrix_{c}", comp.name);
+                        Some((host_f32(&store.value(&name)?)?.into(), dim))
+                    }
+                    None => None,
+                });
+            }
+            all.push(matrices);
+        }
+        Ok(HostEmbeddings(all))
+    }
+}
+
+/// [`run_session`] with the host copies of the embedding matrices made already.
+fn run_session_with(
+    model: &MasterModel,
+    session: &mut ComputeSession,
+    beam: Option<usize>,
+    embeddings: &HostEmbeddings,
+) -> crate::Result<()> {
     let store = model.params();
     let dtype = store.dtype();
     let spec = model.spec();
@@ -172,7 +207,7 @@ pub fn run_session(
         // array: fixed channels from host copies of their embedding matrices, linked
         // channels from rows projected once (another component's) or as they are made
         // (the component's own), so the step's graph starts at the unit's first product.
-        let mut input = StepInput::new(model, comp, &tables)?;
+        let mut input = StepInput::new(model, comp, &tables, &embeddings.0[comp.index])?;
         let mut state = comp.unit.initial_state(stride, dtype)?;
         // A unit without state computes only the rows of batch items still parsing: a
         // finished item's rows would be computed and ignored ([`Steps`]).
@@ -379,7 +414,7 @@ struct StepInput {
 }
 
 /// A host copy of an embedding matrix (row-major) and its width.
-type HostMatrix = (Vec<f32>, usize);
+type HostMatrix = (std::sync::Arc<[f32]>, usize);
 
 /// Where a linked channel's rows come from.
 enum Link {
@@ -397,23 +432,19 @@ enum Link {
 }
 
 impl StepInput {
+    /// The input of `comp`, whose fixed channels' matrices are `embeddings` (host copies,
+    /// `None` where ids pass through) and whose earlier components' layers are `tables`.
     fn new(
         model: &MasterModel,
         comp: &super::ComponentModel,
         tables: &[HostTables],
+        embeddings: &[Option<HostMatrix>],
     ) -> crate::Result<StepInput> {
         let store = model.params();
         let mut width = 0;
         let mut fixed = Vec::with_capacity(comp.fixed.len());
-        for (c, f) in comp.fixed.iter().enumerate() {
-            let matrix = match f.dim {
-                Some(dim) => {
-                    let m = store.value(&format!("{}/fixed_embedding_matrix_{c}", comp.name))?;
-                    Some((host_f32(&m)?, dim))
-                }
-                None => None,
-            };
-            fixed.push((width, matrix));
+        for (f, matrix) in comp.fixed.iter().zip(embeddings) {
+            fixed.push((width, matrix.clone()));
             width += f.size * f.dim.unwrap_or(1);
         }
         let mut linked = Vec::with_capacity(comp.linked.len());
@@ -727,9 +758,26 @@ pub fn annotate_batch(
     sentences: &[Sentence],
     beam: Option<usize>,
 ) -> crate::Result<Vec<Sentence>> {
+    annotate_batch_with(
+        model,
+        session,
+        sentences,
+        beam,
+        &HostEmbeddings::new(model)?,
+    )
+}
+
+/// [`annotate_batch`] with the host copies of the embedding matrices made already.
+fn annotate_batch_with(
+    model: &MasterModel,
+    session: &mut ComputeSession,
+    sentences: &[Sentence],
+    beam: Option<usize>,
+    embeddings: &HostEmbeddings,
+) -> crate::Result<Vec<Sentence>> {
     session.reset_session();
     session.set_input_data(items(sentences));
-    run_session(model, session, beam)?;
+    run_session_with(model, session, beam, embeddings)?;
     let mut out = Vec::with_capacity(sentences.len());
     for text in session.get_serialized_predictions()? {
         out.extend(read_conllu(&text)?);
@@ -753,6 +801,7 @@ pub fn parse(
         model.grid().clone(),
         model.maps().clone(),
     );
+    let embeddings = HostEmbeddings::new(model)?;
     let next = Mutex::new(0usize);
     let results: Mutex<Vec<Option<Sentence>>> = Mutex::new(vec![None; sentences.len()]);
     let threads = options.threads.max(1).min(batches.len().max(1));
@@ -769,7 +818,7 @@ pub fn parse(
                 return Ok(());
             };
             let input: Vec<Sentence> = idx.iter().map(|&i| sentences[i].clone()).collect();
-            let out = annotate_batch(model, &mut session, &input, options.beam)?;
+            let out = annotate_batch_with(model, &mut session, &input, options.beam, &embeddings)?;
             let mut r = results.lock().unwrap_or_else(|e| e.into_inner());
             for (&i, s) in idx.iter().zip(out) {
                 r[i] = Some(s);
@@ -934,7 +983,14 @@ component { name: "parser"
                 beam: 1,
                 layers: vec![("layer_0".into(), 6, own_rows.clone())],
             };
-            let mut input = StepInput::new(&model, comp, std::slice::from_ref(&lookahead)).unwrap();
+            let embeddings = HostEmbeddings::new(&model).unwrap();
+            let mut input = StepInput::new(
+                &model,
+                comp,
+                std::slice::from_ref(&lookahead),
+                &embeddings.0[1],
+            )
+            .unwrap();
             // The own rows come projected, as a run appends them step by step.
             let mut layers = Layers::default();
             layers.push(
@@ -992,7 +1048,9 @@ component { name: "parser"
         }
         // An id past the matrix, a cell past the step, a link past the table: errors.
         let three = raw_source(&[0.0; 9]);
-        let mut input = StepInput::new(&model, comp, std::slice::from_ref(&three)).unwrap();
+        let embeddings = HostEmbeddings::new(&model).unwrap();
+        let mut input =
+            StepInput::new(&model, comp, std::slice::from_ref(&three), &embeddings.0[1]).unwrap();
         input.clear(1);
         let bad = |index: i32, id: i64| FixedFeatureOutput {
             indices: vec![index],
