@@ -6,8 +6,9 @@ as kiln_dragnn::document::split does) and the parse input (test with UPOS, XPOS,
 HEAD and DEPREL blanked to `_`) under the work directory; trains UDPipe once with its
 default tagger and parser options (no tokenizer: both tools get gold tokenization) and
 caches the model there; then, in one run, times UDPipe (ufal.udpipe, one thread) and the
-`dragnn` bench binary (kiln-parse's code path) on the same input, and prints one JSON
-object per measurement.
+`dragnn` bench binary (kiln-parse's code path, with KILN_NUM_THREADS=1 unless set, so that
+its thread count is its core count) on the same input, and prints one JSON object per
+measurement.
 
 Usage: python3 benches/dragnn/run.py --model DIR [--work DIR] [--repeats 5] [--skip-udpipe]
 Needs `pip install ufal.udpipe` (the script says so when it is missing). Training UDPipe
@@ -143,7 +144,12 @@ def main():
     ud = None if args.skip_udpipe else time_udpipe(args.work, args.repeats)
     cmd = ["cargo", "run", "--release", "-q", "-p", "kiln-benches", "--bin", "dragnn", "--",
            "--model", args.model, "--treebank", args.treebank, "--repeats", str(args.repeats)]
-    out = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    # kiln's kernels run on the calling thread only, so `threads` is the cores used, as
+    # UDPipe's one thread is one core (KILN_NUM_THREADS set by the caller wins)
+    env = dict(os.environ)
+    env.setdefault("KILN_NUM_THREADS", "1")
+    out = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True,
+                         env=env).stdout
     for line in out.splitlines():
         rec = json.loads(line)
         if ud and "sentences_per_s" in rec:
