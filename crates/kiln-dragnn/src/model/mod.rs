@@ -77,8 +77,8 @@ pub struct IdDropout {
 }
 
 impl IdDropout {
-    /// Resolves a channel's spec fields against the channel built from it (`None` when
-    /// dropout is off).
+    /// Resolves a validated channel spec's fields against the channel built from it (`None`
+    /// when dropout is off).
     fn from_spec(
         component: &str,
         spec: &crate::spec::FixedFeatureChannel,
@@ -111,22 +111,8 @@ impl IdDropout {
                  below {vocabulary}, or -2 for the unknown term"
             )));
         }
-        if spec.dropout_keep_probability.is_empty() {
-            return Err(bad(
-                "dropout_id turns feature dropout on, but dropout_keep_probability is empty; \
-                 give one keep probability (for every id) or one per id"
-                    .into(),
-            ));
-        }
-        if let Some(p) = spec
-            .dropout_keep_probability
-            .iter()
-            .find(|p| !(0.0..=1.0).contains(*p))
-        {
-            return Err(bad(format!(
-                "dropout_keep_probability holds {p}; a probability must be in [0, 1]"
-            )));
-        }
+        // An empty or out-of-range keep list never gets here: the spec's validation, which
+        // every model build runs first, refuses it.
         Ok(Some(IdDropout {
             id,
             keep: spec.dropout_keep_probability.clone(),
