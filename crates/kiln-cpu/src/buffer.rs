@@ -71,6 +71,12 @@ const CLASSES: usize = usize::BITS as usize;
 /// Default bound on the bytes held by a pool.
 pub const DEFAULT_POOL_BYTES: usize = 512 << 20;
 
+/// Bound on the vectors a pool holds per dtype and size class.
+/// An allocation scans its class's list, so the list must stay short however many small
+/// vectors a long run releases (a list once grew to millions of vectors of a size no request
+/// could reuse, and every allocation scanned it all: ever slower evaluations).
+pub const MAX_PER_CLASS: usize = 64;
+
 /// A pooled vector and when it was released.
 #[derive(Debug)]
 struct Pooled {
@@ -112,9 +118,12 @@ pub struct PoolStats {
 
 /// A thread-safe pool of released typed vectors, bucketed by dtype and power-of-two
 /// capacity class, holding at most `limit` bytes (a released vector that does not fit
-/// frees the least recently released ones; one larger than `limit` is freed). An allocation
-/// of `len` elements reuses a vector of capacity `len..=2*len`, so a downloaded output
-/// carries at most twice its size. Released vectors are scratch buffers and, through
+/// frees the least recently released ones; one larger than `limit` is freed) and at most
+/// [`MAX_PER_CLASS`] vectors per dtype and class (the least recently released of the class
+/// makes room), so that finding a vector is a scan of a short list.
+/// An allocation of `len` elements reuses a vector of capacity `need..=2*need`, `need`
+/// being `len` plus the room that aligns the elements ([`ALIGN_BYTES`]), so a downloaded
+/// output carries at most twice that. Released vectors are scratch buffers and, through
 /// [`Recycle`], the storage of downloaded outputs whose last handle was dropped.
 ///
 /// ```
@@ -197,9 +206,10 @@ impl BufferPool {
         }
         let found = {
             let mut p = self.lock();
-            let c = class_of(len);
             // Room for the padding that aligns the elements (`Aligned::realign`).
             let need = len.saturating_add(ALIGN_BYTES / dtype.size_bytes());
+            // capacities `need..=2*need` lie in these two classes
+            let c = class_of(need);
             let lists = &mut p.free[dtype_index(dtype)];
             let mut found = None;
             for class in [c, c + 1] {
@@ -208,7 +218,7 @@ impl BufferPool {
                 }
                 let list = &mut lists[class];
                 if let Some(i) = list.iter().rposition(|e| {
-                    e.v.capacity() >= need && e.v.capacity() <= len.saturating_mul(2)
+                    e.v.capacity() >= need && e.v.capacity() <= need.saturating_mul(2)
                 }) {
                     found = Some(list.swap_remove(i).v);
                     break;
@@ -246,10 +256,23 @@ impl BufferPool {
         }
         let keep = p.limit - bytes;
         p.evict_to(keep, &mut evicted);
+        let (d, c) = (dtype_index(v.dtype()), class_of(cap));
+        if p.free[d][c].len() >= MAX_PER_CLASS {
+            let oldest = p.free[d][c]
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, e)| e.stamp)
+                .map(|(i, _)| i);
+            if let Some(i) = oldest {
+                let old = p.free[d][c].swap_remove(i).v;
+                p.bytes -= old.capacity() * old.dtype().size_bytes();
+                evicted.push(old);
+            }
+        }
         p.clock += 1;
         let stamp = p.clock;
         p.bytes += bytes;
-        p.free[dtype_index(v.dtype())][class_of(cap)].push(Pooled { stamp, v });
+        p.free[d][c].push(Pooled { stamp, v });
         drop(p);
         drop(evicted); // freed outside the lock
     }
@@ -499,6 +522,40 @@ mod tests {
             let _ = pool.take(d, n);
         }
         assert_eq!(pool.stats().misses, misses + 1, "the others were kept");
+    }
+
+    #[test]
+    fn reuses_vectors_shorter_than_their_alignment_room() {
+        // 8 f32 need 8 + 16 elements of capacity (16 of room to align them): more than twice
+        // the length, which once made every such vector unreusable.
+        let pool = BufferPool::new(1 << 20);
+        for d in DType::ALL {
+            for len in [1, 2, 7, 8, 15] {
+                let v = pool.take(d, len);
+                pool.put(v);
+                let hits = pool.stats().hits;
+                assert_eq!(pool.take(d, len).len(), len);
+                assert_eq!(pool.stats().hits, hits + 1, "{d} {len}");
+            }
+        }
+    }
+
+    #[test]
+    fn holds_a_bounded_number_of_vectors_per_class() {
+        let pool = BufferPool::new(1 << 30);
+        // 1,000 vectors of one class, none of which the next request can reuse
+        for _ in 0..1000 {
+            pool.put(plain(DType::F32, 40));
+        }
+        let st = pool.stats();
+        assert_eq!((st.buffers, st.bytes), (MAX_PER_CLASS, MAX_PER_CLASS * 160));
+        // the newest are kept: one comes back for a request of the same class
+        assert_eq!(pool.take(DType::F32, 20).len(), 20);
+        assert_eq!(pool.stats().hits, 1);
+        // other classes and dtypes have their own room
+        pool.put(plain(DType::F64, 40));
+        pool.put(plain(DType::F32, 400));
+        assert_eq!(pool.stats().buffers, MAX_PER_CLASS + 1);
     }
 
     #[test]
