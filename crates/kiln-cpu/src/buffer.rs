@@ -75,7 +75,7 @@ pub const DEFAULT_POOL_BYTES: usize = 512 << 20;
 /// An allocation scans its class's list, so the list must stay short however many small
 /// vectors a long run releases (a list once grew to millions of vectors of a size no request
 /// could reuse, and every allocation scanned it all: ever slower evaluations).
-pub const MAX_PER_CLASS: usize = 64;
+const MAX_PER_CLASS: usize = 64;
 
 /// A pooled vector and when it was released.
 #[derive(Debug)]
@@ -119,8 +119,8 @@ pub struct PoolStats {
 /// A thread-safe pool of released typed vectors, bucketed by dtype and power-of-two
 /// capacity class, holding at most `limit` bytes (a released vector that does not fit
 /// frees the least recently released ones; one larger than `limit` is freed) and at most
-/// [`MAX_PER_CLASS`] vectors per dtype and class (the least recently released of the class
-/// makes room), so that finding a vector is a scan of a short list.
+/// 64 vectors per dtype and class (the least recently released of the class makes room), so
+/// that finding a vector is a scan of a short list.
 /// An allocation of `len` elements reuses a vector of capacity `need..=2*need`, `need`
 /// being `len` plus the room that aligns the elements ([`ALIGN_BYTES`]), so a downloaded
 /// output carries at most twice that. Released vectors are scratch buffers and, through
