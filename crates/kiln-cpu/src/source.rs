@@ -199,9 +199,9 @@ impl Src<'_> {
                 let bytes = std::mem::size_of_val(&v[start..end]);
                 let base = v[start..end].as_ptr() as *const i8;
                 use std::arch::x86_64::{_MM_HINT_T0, _MM_HINT_T2};
-                // SAFETY: SSE is part of the x86-64 baseline, so every x86-64 CPU runs the
-                // `#[target_feature(enable = "sse")]` function.
                 match to {
+                    // SAFETY: SSE is part of the x86-64 baseline, so every x86-64 CPU runs the
+                    // `#[target_feature(enable = "sse")]` function.
                     Prefetch::L1 => unsafe { prefetch_lines::<_MM_HINT_T0>(base, bytes) },
                     // SAFETY: as above.
                     Prefetch::L2 => unsafe { prefetch_lines::<_MM_HINT_T2>(base, bytes) },

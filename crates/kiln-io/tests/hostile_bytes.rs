@@ -104,6 +104,7 @@ unsafe impl GlobalAlloc for Guard {
         if layout.size() > REFUSED_ABOVE || !hold(layout.size()) {
             return std::ptr::null_mut();
         }
+        // SAFETY: the caller's `layout` is passed on unchanged (GlobalAlloc's contract).
         let p = unsafe { System.alloc(layout) };
         if p.is_null() {
             release(layout.size());
@@ -115,6 +116,7 @@ unsafe impl GlobalAlloc for Guard {
         if layout.size() > REFUSED_ABOVE || !hold(layout.size()) {
             return std::ptr::null_mut();
         }
+        // SAFETY: as in `alloc`.
         let p = unsafe { System.alloc_zeroed(layout) };
         if p.is_null() {
             release(layout.size());
@@ -123,6 +125,7 @@ unsafe impl GlobalAlloc for Guard {
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         release(layout.size());
+        // SAFETY: `ptr` came from `System` through this allocator with this `layout`.
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
@@ -131,6 +134,7 @@ unsafe impl GlobalAlloc for Guard {
         if new_size > REFUSED_ABOVE || (new_size > old && !hold(new_size - old)) {
             return std::ptr::null_mut();
         }
+        // SAFETY: `ptr` and `layout` as in `dealloc`; `new_size` is the caller's, unchanged.
         let p = unsafe { System.realloc(ptr, layout, new_size) };
         if p.is_null() {
             if new_size > old {

@@ -6,7 +6,7 @@
 #![cfg(feature = "ndarray")]
 
 use kiln::{Array, DType};
-use ndarray::{s, Array2, Array3, ArrayD, ShapeBuilder};
+use ndarray::{Array2, Array3, ArrayD, Axis, ShapeBuilder, Slice};
 
 #[test]
 fn standard_layout_moves_in_without_copy() {
@@ -46,7 +46,14 @@ fn fortran_layout_is_a_transposed_view_of_its_storage() {
 #[test]
 fn strided_and_offset_arrays_are_read_in_logical_order() {
     let base = Array2::from_shape_fn((5, 6), |(i, j)| (i * 6 + j) as f64);
-    let every_other = base.slice(s![1..;2, ..;3]).to_owned(); // owned, compact
+    // rows 1, 3 and columns 0, 3 (ndarray's `s!` expands to an `allow(unsafe_code)`, which
+    // the workspace's `forbid` refuses)
+    let every_other = base
+        .slice_each_axis(|ax| match ax.axis {
+            Axis(0) => Slice::new(1, None, 2),
+            _ => Slice::new(0, None, 3),
+        })
+        .to_owned(); // owned, compact
     let k = Array::from(every_other.clone());
     assert_eq!(
         k.to_vec::<f64>().unwrap(),
@@ -54,7 +61,8 @@ fn strided_and_offset_arrays_are_read_in_logical_order() {
     );
     // A view with an offset, made owned by slicing in place.
     let mut tail = base.clone();
-    tail.slice_collapse(s![2.., 1..]);
+    tail.slice_axis_inplace(Axis(0), Slice::from(2..));
+    tail.slice_axis_inplace(Axis(1), Slice::from(1..));
     let k = Array::from(tail.clone());
     assert_eq!(k.shape(), &[3, 5]);
     assert_eq!(

@@ -1535,22 +1535,32 @@ macro_rules! dispatch {
             let choose = |g: &Gemm, nv: usize| if large.is_some() { Choice::Blocked } else { choose(g, nv) };
             match level.min(crate::simd::detected_isa()) {
                 #[cfg(all(target_arch = "x86_64", not(miri)))]
-                // SAFETY (all three): the level is clamped to `detected_isa()`, which reports
-                // `Avx512` only if it found avx512f/vl/dq/bw, avx2 and fma on this CPU.
-                crate::simd::Isa::Avx512 => match choose(g, nv(&[$($p512),*])) {
-                    Choice::Broadcast => unsafe { avx512::<Broadcast>(g, a, b, c, sc, bk) },
-                    Choice::Dot => unsafe { avx512::<Dot>(g, a, b, c, sc, bk) },
-                    Choice::Transposed => unsafe { avx512::<Transposed>(g, a, b, c, sc, bk) },
-                    Choice::Blocked => unsafe { avx512::<Blocked>(g, a, b, c, sc, bk) },
-                },
+                crate::simd::Isa::Avx512 => {
+                    let choice = choose(g, nv(&[$($p512),*]));
+                    // SAFETY: the level is clamped to `detected_isa()`, which reports `Avx512` only
+                    // if it found avx512f/vl/dq/bw, avx2 and fma on this CPU.
+                    unsafe {
+                        match choice {
+                            Choice::Broadcast => avx512::<Broadcast>(g, a, b, c, sc, bk),
+                            Choice::Dot => avx512::<Dot>(g, a, b, c, sc, bk),
+                            Choice::Transposed => avx512::<Transposed>(g, a, b, c, sc, bk),
+                            Choice::Blocked => avx512::<Blocked>(g, a, b, c, sc, bk),
+                        }
+                    }
+                }
                 #[cfg(all(target_arch = "x86_64", not(miri)))]
-                // SAFETY (all three): clamped as above: `Avx2` only if the CPU has avx2 and fma.
-                crate::simd::Isa::Avx2 => match choose(g, nv(&[$($p256),*])) {
-                    Choice::Broadcast => unsafe { avx2::<Broadcast>(g, a, b, c, sc, bk) },
-                    Choice::Dot => unsafe { avx2::<Dot>(g, a, b, c, sc, bk) },
-                    Choice::Transposed => unsafe { avx2::<Transposed>(g, a, b, c, sc, bk) },
-                    Choice::Blocked => unsafe { avx2::<Blocked>(g, a, b, c, sc, bk) },
-                },
+                crate::simd::Isa::Avx2 => {
+                    let choice = choose(g, nv(&[$($p256),*]));
+                    // SAFETY: clamped as above: `Avx2` only if the CPU has avx2 and fma.
+                    unsafe {
+                        match choice {
+                            Choice::Broadcast => avx2::<Broadcast>(g, a, b, c, sc, bk),
+                            Choice::Dot => avx2::<Dot>(g, a, b, c, sc, bk),
+                            Choice::Transposed => avx2::<Transposed>(g, a, b, c, sc, bk),
+                            Choice::Blocked => avx2::<Blocked>(g, a, b, c, sc, bk),
+                        }
+                    }
+                }
                 _ => match choose(g, nv(&[$($p128),*])) {
                     Choice::Broadcast => base::<Broadcast>(g, a, b, c, sc, bk),
                     Choice::Dot => base::<Dot>(g, a, b, c, sc, bk),
