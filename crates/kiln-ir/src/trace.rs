@@ -233,63 +233,49 @@ fn dtype_code(d: DType) -> u64 {
 }
 
 /// Appends the op's structural tokens: its kind and its attributes, never its values.
+///
+/// One exhaustive match with every field named (no `..`, no catch-all arm): a new op, or a
+/// new attribute of an op, does not compile until it is given its tokens here, so two
+/// graphs differing in it can never share a plan (`crates/kiln-ir/tests/cache_key.rs`).
+/// The fields bound to `_` are values, which the bindings carry: a parameter's index, a
+/// scalar's value (its class is added by the caller), a random stream's seed.
 fn op_tokens(op: &Op, t: &mut Vec<u64>) {
-    use Op::*;
-    let (code, extra): (u64, &[u64]) = match op {
-        Param(_) => (1, &[]),
-        Data => (2, &[]),
-        Scalar(_) => (3, &[]),
-        Iota { .. } => (4, &[]),
-        Random { .. } => (5, &[]),
-        Unary(_) => (6, &[]),
-        Binary(_) => (7, &[]),
-        Where => (8, &[]),
-        Cast => (9, &[]),
-        Reshape => (10, &[]),
-        Permute(_) => (11, &[]),
-        BroadcastTo => (12, &[]),
-        Slice { .. } => (13, &[]),
-        Concat { .. } => (14, &[]),
-        Reduce { .. } => (15, &[]),
-        ArgReduce { .. } => (16, &[]),
-        MatMul => (17, &[]),
-        Take { .. } => (18, &[]),
-        TopK { .. } => (19, &[]),
-        ScatterAdd { .. } => (20, &[]),
-        StopGradient => (21, &[]),
+    let axes = |t: &mut Vec<u64>, a: &[usize]| {
+        t.push(a.len() as u64);
+        t.extend(a.iter().map(|&x| x as u64));
     };
-    t.push(code);
-    t.extend_from_slice(extra);
     match op {
-        Iota { axis } | Concat { axis } | Take { axis } | ScatterAdd { axis } => {
-            t.push(*axis as u64)
+        Op::Param(_) => t.push(1),
+        Op::Data => t.push(2),
+        Op::Scalar(_) => t.push(3),
+        Op::Iota { axis } => t.extend([4, *axis as u64]),
+        Op::Random { dist, seed: _ } => t.extend([5, *dist as u64]),
+        Op::Unary(u) => t.extend([6, *u as u64]),
+        Op::Binary(b) => t.extend([7, *b as u64]),
+        Op::Where => t.push(8),
+        Op::Cast => t.push(9),
+        Op::Reshape => t.push(10),
+        Op::Permute(p) => {
+            t.push(11);
+            axes(t, p);
         }
-        Random { dist, .. } => t.push(*dist as u64),
-        Unary(u) => t.push(*u as u64),
-        Binary(b) => t.push(*b as u64),
-        Permute(p) => {
-            t.push(p.len() as u64);
-            t.extend(p.iter().map(|&a| a as u64));
-        }
-        Slice { start, step } => {
-            t.push(start.len() as u64);
+        Op::BroadcastTo => t.push(12),
+        Op::Slice { start, step } => {
+            t.extend([13, start.len() as u64, step.len() as u64]);
             t.extend(start.iter().map(|&a| a as u64));
             t.extend(step.iter().map(|&a| a as u64));
         }
-        Reduce { op, axes } => {
-            t.push(*op as u64);
-            t.push(axes.len() as u64);
-            t.extend(axes.iter().map(|&a| a as u64));
+        Op::Concat { axis } => t.extend([14, *axis as u64]),
+        Op::Reduce { op, axes: a } => {
+            t.extend([15, *op as u64]);
+            axes(t, a);
         }
-        ArgReduce { op, axis } => {
-            t.push(*op as u64);
-            t.push(*axis as u64);
-        }
-        TopK { k, indices } => {
-            t.push(*k as u64);
-            t.push(*indices as u64);
-        }
-        _ => {}
+        Op::ArgReduce { op, axis } => t.extend([16, *op as u64, *axis as u64]),
+        Op::MatMul => t.push(17),
+        Op::Take { axis } => t.extend([18, *axis as u64]),
+        Op::TopK { k, indices } => t.extend([19, *k as u64, u64::from(*indices)]),
+        Op::ScatterAdd { axis } => t.extend([20, *axis as u64]),
+        Op::StopGradient => t.push(21),
     }
 }
 
