@@ -1,11 +1,12 @@
 //! # kiln-compiler
 //!
-//! The layer between the IR and the backends. Today it holds the [`Executor`] interface that
-//! every backend implements and that the front end calls; the passes (CSE, folding, fusion,
-//! memory planning), the backend-neutral plan and the graph cache are built here next, behind
-//! the same interface.
+//! The layer between the IR and the backends: the passes (rewrites and CSE, the verifier,
+//! fusion, the memory plan, row groups) that turn a `LazyExpr` into a backend-neutral
+//! [`Plan`], the graph cache and [`Engine`] that compile each graph structure once, and the
+//! [`Backend`] interface with the loop that runs a plan's kernels on one ([`run_with`]).
 //!
-//! Depends on `kiln-ir` only; knows nothing of SIMD, WGSL or any backend type.
+//! Depends on `kiln-ir` (and `kiln-reference` for the host prelude); knows nothing of SIMD,
+//! WGSL or any backend type.
 
 pub mod backend;
 pub mod cache;
@@ -33,59 +34,3 @@ pub use plan::{
     BufferDesc, Donation, Input, Inst, InstOp, Kernel, KernelKind, OutputRef, Plan, Program, Slot,
     Source, Strided, View, ViewOp,
 };
-
-use kiln_ir::{HostData, LazyExpr, Result};
-
-/// Something that evaluates a [`LazyExpr`]: a backend, or the reference interpreter.
-///
-/// Implementations must return one value per entry of `expr.outputs`, in order, each with
-/// the output node's dtype and `shape.numel()` elements in row-major order, and must report
-/// evaluation errors (bad `take` index, integer division by zero, ...) as
-/// [`kiln_ir::Error`] values without panicking.
-///
-/// ```
-/// use kiln_compiler::Executor;
-/// use kiln_ir::{build, HostData, LazyExpr, Result, Shape};
-///
-/// struct Reference;
-/// impl Executor for Reference {
-///     fn name(&self) -> &'static str { "reference" }
-///     fn execute(&self, expr: &LazyExpr) -> Result<Vec<HostData>> {
-///         kiln_reference::evaluate(expr)
-///     }
-/// }
-/// let a = build::data(HostData::from(vec![1i32]), Shape::from([1])).unwrap();
-/// let out = Reference.execute(&LazyExpr::from_roots(&[&a])).unwrap();
-/// assert_eq!(out[0].len(), 1);
-/// ```
-pub trait Executor: Send + Sync {
-    /// A short name for messages (`"cpu"`, `"wgpu"`).
-    ///
-    /// ```
-    /// # use kiln_compiler::Executor;
-    /// # struct Nop;
-    /// # impl Executor for Nop {
-    /// #     fn name(&self) -> &'static str { "nop" }
-    /// #     fn execute(&self, _: &kiln_ir::LazyExpr) -> kiln_ir::Result<Vec<kiln_ir::HostData>> { Ok(vec![]) }
-    /// # }
-    /// let backend: &dyn Executor = &Nop;
-    /// assert_eq!(backend.name(), "nop");
-    /// ```
-    fn name(&self) -> &'static str;
-    /// Evaluates every output of `expr`.
-    ///
-    /// ```
-    /// # use kiln_compiler::Executor;
-    /// # use kiln_ir::{build, HostData, LazyExpr, Shape, UnaryOp};
-    /// # struct Reference;
-    /// # impl Executor for Reference {
-    /// #     fn name(&self) -> &'static str { "reference" }
-    /// #     fn execute(&self, e: &LazyExpr) -> kiln_ir::Result<Vec<HostData>> { kiln_reference::evaluate(e) }
-    /// # }
-    /// let a = build::data(HostData::from(vec![4.0f64]), Shape::from([1])).unwrap();
-    /// let y = build::unary(UnaryOp::Sqrt, &a).unwrap();
-    /// let out = Reference.execute(&LazyExpr::from_roots(&[&y])).unwrap();
-    /// assert_eq!(out[0].get(0), kiln_ir::Scalar::Float(2.0));
-    /// ```
-    fn execute(&self, expr: &LazyExpr) -> Result<Vec<HostData>>;
-}

@@ -42,9 +42,6 @@
 //! Every op has the semantics of `kiln-reference` (the oracle): integers wrap, division by
 //! zero is an error, `maximum`/`minimum` propagate NaN, casts follow `Scalar::cast`.
 //!
-//! The [`kiln_compiler::Executor`] implementation still evaluates whole expressions with
-//! the reference interpreter; the engine (compile, cache, `run`) replaces it.
-//!
 //! Depends on `kiln-ir`, `kiln-compiler`, `kiln-reference`, `matrixmultiply` and (Linux)
 //! `libc`.
 //!
@@ -103,8 +100,8 @@ pub use tune::{
 };
 pub use typed::{Aligned, Conv, Elem, TSlice, TSliceMut, TypedVec, ALIGN_BYTES};
 
-use kiln_compiler::{Arg, Backend, Executor, GroupKernel, Kernel, KernelKind, Launch};
-use kiln_ir::{DType, HostData, LazyExpr, Result};
+use kiln_compiler::{Arg, Backend, GroupKernel, Kernel, KernelKind, Launch};
+use kiln_ir::{DType, HostData, Result};
 
 /// The buffer pool shared by every [`CpuBackend`] (one host, one pool).
 static POOL: BufferPool = BufferPool::new(DEFAULT_POOL_BYTES);
@@ -113,11 +110,13 @@ static POOL: BufferPool = BufferPool::new(DEFAULT_POOL_BYTES);
 /// [`CpuBackend::pool`]), so it can be a `static` or a temporary.
 ///
 /// ```
-/// use kiln_compiler::Executor;
-/// use kiln_ir::{build, HostData, LazyExpr, Shape};
-/// let a = build::data(HostData::from(vec![2.0f64]), Shape::from([1])).unwrap();
-/// let out = kiln_cpu::CpuBackend.execute(&LazyExpr::from_roots(&[&a])).unwrap();
-/// assert_eq!(out[0].len(), 1);
+/// use kiln_compiler::Engine;
+/// use kiln_ir::{build, HostData, Shape, UnaryOp};
+/// let engine = Engine::new(kiln_cpu::CpuBackend, 8);
+/// let a = build::data(HostData::from(vec![4.0f64]), Shape::from([1])).unwrap();
+/// let y = build::unary(UnaryOp::Sqrt, &a).unwrap();
+/// let out = engine.evaluate(&[&y]).unwrap();
+/// assert_eq!(out[0].get(0), kiln_ir::Scalar::Float(2.0));
 /// ```
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CpuBackend;
@@ -142,16 +141,6 @@ impl CpuBackend {
     /// ```
     pub fn pool() -> &'static BufferPool {
         &POOL
-    }
-}
-
-impl Executor for CpuBackend {
-    fn name(&self) -> &'static str {
-        "cpu"
-    }
-
-    fn execute(&self, expr: &LazyExpr) -> Result<Vec<HostData>> {
-        kiln_reference::evaluate(expr)
     }
 }
 
