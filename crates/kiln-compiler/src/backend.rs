@@ -7,8 +7,8 @@
 //! resident on another device is moved through the host with a `tracing` event at
 //! [`TRANSFER_TARGET`], or refused under [`RunOptions::strict`].
 //!
-//! Depends on [`crate::plan`], `kiln-ir`, `kiln-reference` (the prelude's scalar
-//! arithmetic is the oracle's) and `tracing`.
+//! Depends on [`crate::plan`], `kiln-ir` (the prelude's scalar arithmetic is
+//! `kiln_ir::scalar_ops`, the oracle's own definitions) and `tracing`.
 
 use crate::group::RowGroup;
 use crate::plan::{InstOp, Kernel, OutputRef, Plan, Program, Source, Strided};
@@ -202,10 +202,10 @@ pub fn eval_prelude(prelude: &Program, table: &mut Vec<Scalar>) -> Result<()> {
         let v = match inst.op {
             InstOp::Scalar(i) => table[i as usize].cast(inst.dtype),
             InstOp::Unary(op, x) => {
-                kiln_reference::unary(op, ty(x), vals[x as usize]).cast(inst.dtype)
+                kiln_ir::scalar_ops::unary(op, ty(x), vals[x as usize]).cast(inst.dtype)
             }
             InstOp::Binary(op, a, b) => {
-                kiln_reference::binary(op, ty(a), vals[a as usize], vals[b as usize])?
+                kiln_ir::scalar_ops::binary(op, ty(a), vals[a as usize], vals[b as usize])?
                     .cast(inst.dtype)
             }
             InstOp::Where(c, a, b) => {

@@ -5,8 +5,7 @@
 //! [`Plan`], the graph cache and [`Engine`] that compile each graph structure once, and the
 //! [`Backend`] interface with the loop that runs a plan's kernels on one ([`run_with`]).
 //!
-//! Depends on `kiln-ir` (and `kiln-reference` for the host prelude); knows nothing of SIMD,
-//! WGSL or any backend type.
+//! Depends on `kiln-ir` only; knows nothing of SIMD, WGSL or any backend type.
 
 pub mod backend;
 pub mod cache;

@@ -294,7 +294,7 @@ pub struct Inst {
 }
 
 /// A straight-line elementwise program. Semantics per op are those of
-/// `kiln_reference::{unary, binary}` (the oracle): ops compute at the dtype's precision.
+/// `kiln_ir::scalar_ops::{unary, binary}` (the oracle's): ops compute at the dtype's precision.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct Program {
     /// Instructions in order; operands refer to earlier instructions.

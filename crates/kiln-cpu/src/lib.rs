@@ -42,8 +42,8 @@
 //! Every op has the semantics of `kiln-reference` (the oracle): integers wrap, division by
 //! zero is an error, `maximum`/`minimum` propagate NaN, casts follow `Scalar::cast`.
 //!
-//! Depends on `kiln-ir`, `kiln-compiler`, `kiln-reference`, `matrixmultiply` and (Linux)
-//! `libc`.
+//! Depends on `kiln-ir`, `kiln-compiler`, `matrixmultiply` and (Linux) `libc`; the oracle,
+//! `kiln-reference`, only in tests.
 //!
 //! ```
 //! use kiln_compiler::{Input, Inst, InstOp, Kernel, KernelKind, Plan, Program, Slot, BufferDesc, OutputRef, Source, View};

@@ -1,5 +1,5 @@
-//! The elementwise ops over typed columns, with the semantics of `kiln_reference::{unary,
-//! binary}`: floats compute at their own precision (except `floor_divide`/`remainder`, which
+//! The elementwise ops over typed columns, with the semantics of `kiln_ir::scalar_ops::{unary,
+//! binary}` (the oracle's): floats compute at their own precision (except `floor_divide`/`remainder`, which
 //! run numpy's algorithm in `f64` and round, as the oracle does), integers wrap, integer
 //! division by zero and negative integer powers are errors naming the first offending
 //! element.
@@ -409,7 +409,7 @@ fn unary_int<T: Int>(op: UnaryOp, x: &[T], o: &mut [T]) -> Result<()> {
     Ok(())
 }
 
-pub use kiln_reference::{float_floor_div, float_rem};
+pub use kiln_ir::scalar_ops::{float_floor_div, float_rem};
 
 /// `out[..n] = op(a, b)`; `out` has [`binary_dtype`]. `a` and `b` have equal dtypes (logical
 /// ops accept any).

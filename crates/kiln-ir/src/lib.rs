@@ -30,6 +30,7 @@ mod expr;
 mod node;
 mod op;
 pub mod random;
+pub mod scalar_ops;
 mod shape;
 mod trace;
 mod value;

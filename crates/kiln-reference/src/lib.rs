@@ -17,13 +17,11 @@
 //! ```
 #![warn(missing_docs)]
 
-mod scalar_ops;
-
+pub use kiln_ir::scalar_ops::{binary, float_floor_div, float_rem, unary};
 use kiln_ir::{
     random, ArgReduceOp, DType, Distribution, Error, HostData, LazyExpr, Op, ReduceOp, Result,
     Scalar, Shape,
 };
-pub use scalar_ops::{binary, float_floor_div, float_rem, unary};
 
 /// A dense row-major tensor of scalars.
 #[derive(Clone, Debug)]

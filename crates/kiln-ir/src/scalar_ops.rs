@@ -1,17 +1,19 @@
-//! The meaning of every elementwise op on one element: the definitions the reference
-//! evaluator applies, written for clarity. `dtype` is the operands' dtype; results are in
-//! full width and rounded to the node's dtype by the caller.
+//! The meaning of every elementwise op on one element, written for clarity: what the
+//! reference evaluator (`kiln-reference`) applies to every element, and what the backends
+//! apply where they compute on the host (the compiler's prelude of scalar arithmetic, the CPU
+//! backend's float `//` and `%`). `dtype` is the operands' dtype; results are in full width
+//! and rounded to the node's dtype by the caller.
 //!
-//! Depends on `kiln-ir`'s scalars and op enums only.
+//! Depends on the crate's scalars, op enums and errors only.
 
-use kiln_ir::{BinaryOp, DType, Error, Result, Scalar, UnaryOp};
+use crate::{BinaryOp, DType, Error, Result, Scalar, UnaryOp};
 
 /// `op(x)` for an operand of `dtype`.
 ///
 /// ```
 /// use kiln_ir::{DType, Scalar, UnaryOp};
-/// assert_eq!(kiln_reference::unary(UnaryOp::Round, DType::F64, Scalar::Float(2.5)), Scalar::Float(2.0));
-/// assert_eq!(kiln_reference::unary(UnaryOp::Neg, DType::I32, Scalar::Int(i32::MIN as i64)).cast(DType::I32), Scalar::Int(i32::MIN as i64));
+/// assert_eq!(kiln_ir::scalar_ops::unary(UnaryOp::Round, DType::F64, Scalar::Float(2.5)), Scalar::Float(2.0));
+/// assert_eq!(kiln_ir::scalar_ops::unary(UnaryOp::Neg, DType::I32, Scalar::Int(i32::MIN as i64)).cast(DType::I32), Scalar::Int(i32::MIN as i64));
 /// ```
 pub fn unary(op: UnaryOp, dtype: DType, x: Scalar) -> Scalar {
     use UnaryOp::*;
@@ -79,7 +81,7 @@ pub fn unary(op: UnaryOp, dtype: DType, x: Scalar) -> Scalar {
 /// `a == b * q + r` holds as closely as possible.
 ///
 /// ```
-/// assert_eq!(kiln_reference::float_floor_div(-7.0, 2.0), -4.0);
+/// assert_eq!(kiln_ir::scalar_ops::float_floor_div(-7.0, 2.0), -4.0);
 /// ```
 pub fn float_floor_div(a: f64, b: f64) -> f64 {
     if b == 0.0 {
@@ -105,7 +107,7 @@ pub fn float_floor_div(a: f64, b: f64) -> f64 {
 /// numpy's float `remainder`: the result has the sign of the divisor.
 ///
 /// ```
-/// assert_eq!(kiln_reference::float_rem(-7.0, 2.0), 1.0);
+/// assert_eq!(kiln_ir::scalar_ops::float_rem(-7.0, 2.0), 1.0);
 /// ```
 pub fn float_rem(a: f64, b: f64) -> f64 {
     if b == 0.0 {
@@ -159,8 +161,8 @@ fn compare(op: BinaryOp, a: Scalar, b: Scalar) -> bool {
 ///
 /// ```
 /// use kiln_ir::{BinaryOp, DType, Scalar};
-/// assert_eq!(kiln_reference::binary(BinaryOp::Rem, DType::I64, Scalar::Int(-7), Scalar::Int(3)).unwrap(), Scalar::Int(2));
-/// assert!(kiln_reference::binary(BinaryOp::FloorDiv, DType::I64, Scalar::Int(1), Scalar::Int(0)).is_err());
+/// assert_eq!(kiln_ir::scalar_ops::binary(BinaryOp::Rem, DType::I64, Scalar::Int(-7), Scalar::Int(3)).unwrap(), Scalar::Int(2));
+/// assert!(kiln_ir::scalar_ops::binary(BinaryOp::FloorDiv, DType::I64, Scalar::Int(1), Scalar::Int(0)).is_err());
 /// ```
 pub fn binary(op: BinaryOp, dtype: DType, a: Scalar, b: Scalar) -> Result<Scalar> {
     use BinaryOp::*;
