@@ -10,7 +10,7 @@
 //! Depends on [`crate::plan`], `kiln-ir` (the prelude's scalar arithmetic is
 //! `kiln_ir::scalar_ops`, the oracle's own definitions) and `tracing`.
 
-use crate::group::RowGroup;
+use crate::plan::RowGroup;
 use crate::plan::{InstOp, Kernel, OutputRef, Plan, Program, Source, Strided};
 use kiln_ir::{resolve_shape, Bindings, DType, DeviceData, HostData, Result, Scalar, Shape, Value};
 use smallvec::SmallVec;

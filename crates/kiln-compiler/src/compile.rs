@@ -6,6 +6,7 @@ use crate::graph::Graph;
 use crate::memory;
 use crate::plan::Plan;
 use crate::rewrite;
+use crate::target::Target;
 use kiln_ir::{LazyExpr, Result};
 
 /// A compiled graph: the plan, plus what the inspector needs to draw it.
@@ -61,45 +62,6 @@ impl Compiled {
 /// ```
 pub fn compile(expr: &LazyExpr) -> Result<Compiled> {
     compile_with_limit(expr, usize::MAX)
-}
-
-/// What a backend's kernels can do, as far as the compiler's choices depend on it.
-///
-/// ```
-/// let t = kiln_compiler::Target::default();
-/// assert_eq!(t.max_kernel_inputs, usize::MAX);
-/// assert!(!t.reduce_side_outputs && !t.row_groups);
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Target {
-    /// The most arrays one kernel may read ([`crate::Backend::max_kernel_inputs`]); fused
-    /// groups that would read more are split.
-    pub max_kernel_inputs: usize,
-    /// Whether `KernelKind::Reduce` kernels may store prologue results besides the reduced
-    /// one ([`crate::Backend::reduce_side_outputs`]): an expensive value that a reduction
-    /// reads and later kernels also need is then written by the reduction instead of being
-    /// computed twice (softmax's `exp(x - max)`).
-    pub reduce_side_outputs: bool,
-    /// Whether the backend executes row groups ([`crate::Backend::row_groups`]): the
-    /// compiler then marks them ([`crate::group::row_groups`]) and plans memory so that
-    /// their rows are independent.
-    pub row_groups: bool,
-    /// Whether the backend takes donated storage ([`crate::Backend::donates`]): the compiler
-    /// then moves parameter updates after the parameter's other readers and leaves them a
-    /// buffer of their own, outside row groups, so that a run handed the old storage writes
-    /// over it ([`crate::Donation`]).
-    pub donations: bool,
-}
-
-impl Default for Target {
-    fn default() -> Self {
-        Target {
-            max_kernel_inputs: usize::MAX,
-            reduce_side_outputs: false,
-            row_groups: false,
-            donations: false,
-        }
-    }
 }
 
 /// [`compile`] for a backend whose kernels may read at most `max_kernel_inputs` arrays

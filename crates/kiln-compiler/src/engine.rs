@@ -6,8 +6,9 @@
 
 use crate::backend::{run, run_with, Backend, RunOptions};
 use crate::cache::GraphCache;
-use crate::compile::{compile_for, Compiled, Target};
+use crate::compile::{compile_for, Compiled};
 use crate::inspect::{report, Report};
+use crate::target::Target;
 use kiln_ir::{trace, Bindings, HostData, LazyExpr, NodeRef, Result, Value};
 use std::sync::Arc;
 

@@ -19,12 +19,12 @@
 //!
 //! Depends on [`crate::graph`], [`crate::plan`], [`crate::rewrite`] and `kiln-ir`.
 
-use crate::compile::Target;
 use crate::graph::{GNode, Graph};
 use crate::plan::{
     Input, Inst, InstOp, Kernel, KernelKind, OutputRef, Plan, Program, Source, View, ViewOp,
 };
 use crate::rewrite::unit_reshape;
+use crate::target::Target;
 use kiln_ir::{Op, UnaryOp};
 use smallvec::SmallVec;
 

@@ -18,18 +18,20 @@ pub mod inspect;
 pub mod memory;
 pub mod plan;
 pub mod rewrite;
+pub mod target;
 
 pub use backend::{
     eval_prelude, run, run_with, Arg, Backend, GroupArg, GroupKernel, Launch, RunOptions,
     TRANSFER_TARGET,
 };
 pub use cache::{CacheStats, GraphCache, MissReason, MissRecord};
-pub use compile::{compile, compile_for, compile_with_limit, Compiled, Target};
+pub use compile::{compile, compile_for, compile_with_limit, Compiled};
 pub use engine::{Engine, DEFAULT_CAPACITY};
 pub use graph::{GNode, Graph};
-pub use group::RowGroup;
 pub use inspect::{KernelReport, Report};
+pub use plan::RowGroup;
 pub use plan::{
     BufferDesc, Donation, Input, Inst, InstOp, Kernel, KernelKind, OutputRef, Plan, Program, Slot,
     Source, Strided, View, ViewOp,
 };
+pub use target::Target;

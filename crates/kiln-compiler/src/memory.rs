@@ -15,7 +15,7 @@
 //! **Donations** ([`crate::plan::Donation`]): the same rules mark where a parameter could be
 //! written over, if a run is handed its storage; the plan itself never writes a parameter. Depends on [`crate::plan`], [`crate::group`] and `kiln-ir`.
 
-use crate::group::row_aligned;
+use crate::plan::row_aligned;
 use crate::plan::{BufferDesc, Donation, Kernel, KernelKind, OutputRef, Plan, Source, ViewOp};
 use kiln_ir::{resolve_shape, DType, Dim};
 use smallvec::SmallVec;

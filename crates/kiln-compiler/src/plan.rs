@@ -440,9 +440,9 @@ pub struct Plan {
     pub buffers: Vec<BufferDesc>,
     /// The outputs, in request order.
     pub outputs: Vec<OutputRef>,
-    /// Row groups, in kernel order and disjoint ([`crate::group::RowGroup`]): only for a
+    /// Row groups, in kernel order and disjoint ([`RowGroup`]): only for a
     /// [`crate::Target`] with `row_groups`.
-    pub groups: Vec<crate::group::RowGroup>,
+    pub groups: Vec<RowGroup>,
     /// Per kernel (empty: none): true when every slot the kernel writes is a plan output that
     /// no later kernel reads, so a backend may write it past its caches (non-temporal
     /// stores): nothing of this plan reads it back soon. Set by the memory plan.
@@ -631,7 +631,7 @@ impl Plan {
         Ok(())
     }
 
-    /// The invariants of [`crate::group::RowGroup`] that the plan alone shows.
+    /// The invariants of [`RowGroup`] that the plan alone shows.
     fn verify_groups(&self) -> Result<(), String> {
         let mut next = 0;
         for (g, group) in self.groups.iter().enumerate() {
@@ -655,7 +655,7 @@ impl Plan {
                 }
                 for input in &kernel.inputs {
                     let inner = matches!(input.source, Source::Slot(s) if written.contains(&s));
-                    if inner && !crate::group::row_aligned(&input.view, group.rows) {
+                    if inner && !row_aligned(&input.view, group.rows) {
                         return fail(format!("{:?} is not read row by row", input.source));
                     }
                 }
@@ -663,4 +663,62 @@ impl Plan {
         }
         Ok(())
     }
+}
+
+/// Kernels `start..end` of a plan form a row group over `rows` (their common leading space
+/// dimension). Invariants (checked by [`crate::Plan::verify`]):
+/// - every kernel of the group is `Elementwise` or `Reduce`, its space has rank ≥ 2 and
+///   leading dimension `rows`, and a reduction does not reduce axis 0;
+/// - every input that reads a slot written inside the group is [`row_aligned`]: row `r` of
+///   the kernel's space reads only row `r` of that slot;
+/// - the memory plan reuses no buffer inside the group, and a kernel of the group writes in
+///   place only over a slot that every kernel of the group reads row-aligned.
+///
+/// So the rows of a group are independent: a backend may run the group's kernels over any
+/// partition of the rows, in any order or in parallel, with the same results.
+///
+/// ```
+/// use kiln_compiler::{compile_for, Target};
+/// use kiln_ir::{build, BinaryOp, HostData, LazyExpr, ReduceOp, Shape};
+/// // x - max(x, axis=1): a row reduction, then a pass reading its result per row
+/// let x = build::data(HostData::from(vec![1.0f32; 8]), Shape::from([2, 4])).unwrap();
+/// let m = build::reduce(ReduceOp::Max, &x, Some(&[1]), true).unwrap();
+/// let m = build::broadcast_to(&m, &Shape::from([2, 4])).unwrap();
+/// let y = build::binary(BinaryOp::Sub, &x, &m).unwrap();
+/// let t = Target { row_groups: true, ..Target::default() };
+/// let c = compile_for(&LazyExpr::from_roots(&[&y]), t).unwrap();
+/// let g = &c.plan.groups[0];
+/// assert_eq!((g.start, g.end), (0, 2));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RowGroup {
+    /// The first kernel.
+    pub start: usize,
+    /// One past the last kernel.
+    pub end: usize,
+    /// The leading dimension every kernel's space shares.
+    pub rows: Dim,
+}
+
+/// Whether a view over a kernel's space reads, at row `r` of the space, only row `r` of its
+/// contiguous source: the source's leading dimension is `rows` and the view only reshapes
+/// and broadcasts without touching that dimension (so the row stride is the source's).
+///
+/// ```
+/// use kiln_compiler::{group::row_aligned, View, ViewOp};
+/// use kiln_ir::Dim;
+/// let m = View::identity([Dim::Sym(0), Dim::Const(1)].into_iter().collect());
+/// let mut b = m.clone();
+/// b.ops.push(ViewOp::Broadcast([Dim::Sym(0), Dim::Sym(1)].into_iter().collect()));
+/// assert!(row_aligned(&b, Dim::Sym(0)));
+/// b.ops.push(ViewOp::Permute([1, 0].into_iter().collect()));
+/// assert!(!row_aligned(&b, Dim::Sym(0)));
+/// ```
+pub fn row_aligned(view: &View, rows: Dim) -> bool {
+    matches!(rows, Dim::Sym(_))
+        && view.base.first() == Some(&rows)
+        && view.ops.iter().all(|op| match op {
+            ViewOp::Reshape(s) | ViewOp::Broadcast(s) => s.first() == Some(&rows),
+            ViewOp::Permute(_) | ViewOp::Slice { .. } => false,
+        })
 }

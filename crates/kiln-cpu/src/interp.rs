@@ -47,8 +47,9 @@ crate::simd::versions! {
     fn repeat_first = repeat_first_generic(x: TSliceMut<'_>) -> ()
 }
 
-/// Positions per block.
-pub const BLOCK: usize = 1024;
+/// Positions per block (defined beside the sources' reads, [`crate::source`], which size
+/// their hints and streams by it).
+pub use crate::source::BLOCK;
 
 /// Where a value lives during a block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -3,10 +3,9 @@
 //! its resolved view. [`Src::read`] copies any range of positions of any walk into a typed
 //! destination; [`prefetch`] hints the next block of large contiguous sources into the cache.
 //!
-//! Depends on [`crate::walk`], [`crate::typed`], [`crate::buffer`], [`crate::tune`] (the prefetch policy), [`crate::interp`] (the block length), `kiln-compiler`, `kiln-ir`.
+//! Depends on [`crate::walk`], [`crate::typed`], [`crate::buffer`], [`crate::tune`] (the prefetch policy), `kiln-compiler`, `kiln-ir`.
 
 use crate::buffer::CpuBuffer;
-use crate::interp::BLOCK;
 use crate::tune::Prefetch;
 use crate::typed::{with_variant, Elem, TSlice, TSliceMut, TypedVec};
 use crate::walk::{gather, internal, Walk};
@@ -46,6 +45,10 @@ pub struct Src<'a> {
     /// The input's view, possibly permuted to the kernel's iteration order.
     pub walk: Walk,
 }
+
+/// Positions per block: the interpreter ([`crate::interp`]) evaluates a kernel this many
+/// positions at a time, and the reads here fetch and hint blocks of it.
+pub const BLOCK: usize = 1024;
 
 /// Hints the CPU to fetch the block of positions `start..end` of every contiguous source
 /// (the block after the one about to be evaluated), or that block moved [`Tuning::prefetch_ahead`]

@@ -16,7 +16,7 @@
 //!
 //! Depends on the crate root (`Parameter`, `Error`), `crate::state` and kiln's public API.
 
-use crate::state::{Hp, Spec};
+use crate::state::{Hp, Spec, State};
 use crate::{describe, failing, Error, OptimizerState, Parameter, Result};
 use kiln::Array;
 use std::borrow::Cow;
@@ -249,15 +249,6 @@ struct Inputs<'a> {
 struct Outputs {
     value: Array,
     slots: Vec<Array>,
-}
-
-/// What an optimizer carries between steps: how many steps it has committed and, per
-/// parameter name, its slots (the momentum buffer; Adam's two moments).
-/// Only [`State::step`] changes it.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct State {
-    pub(crate) steps: u64,
-    pub(crate) slots: HashMap<String, Vec<Array>>,
 }
 
 impl State {

@@ -12,16 +12,25 @@
 //! learning rate, every slot's name, dtype and shape) and only then replaces the optimizer's
 //! state, so a restore that returns an error has changed nothing.
 //!
-//! Depends on the crate root (`Error`, `Parameter`), `crate::optim`'s `State` and kiln's
-//! public API.
+//! Also the step state itself, [`State`] (its driver, `State::step`, is in `crate::optim`).
+//!
+//! Depends on the crate root (`Error`, `Parameter`) and kiln's public API.
 //!
 //! [`Optimizer::state`]: crate::Optimizer::state
 //! [`Optimizer::load_state`]: crate::Optimizer::load_state
 
-use crate::optim::State;
 use crate::{describe, Error, Result};
 use kiln::Array;
 use std::collections::{BTreeMap, HashMap};
+
+/// What an optimizer carries between steps: how many steps it has committed and, per
+/// parameter name, its slots (the momentum buffer; Adam's two moments).
+/// Only `State::step` (in `crate::optim`) changes it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct State {
+    pub(crate) steps: u64,
+    pub(crate) slots: HashMap<String, Vec<Array>>,
+}
 
 /// The prefix of the optimizer's tensors and metadata keys in a checkpoint written by
 /// [`crate::save_checkpoint`]; no parameter of a checkpoint may be named with it.

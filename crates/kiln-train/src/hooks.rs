@@ -8,10 +8,10 @@
 //! or a metric of an evaluation they run every `every` steps.
 //! Their own counters are not in checkpoints: a resumed run starts them afresh.
 //!
-//! Depends on kiln and kiln-optim's public APIs, serde_json, and `crate::estimator`,
+//! Depends on kiln and kiln-optim's public APIs, serde_json, and `crate::session` (the estimator's state),
 //! `crate::model`, `crate::dataset`, `crate::error`.
 
-use crate::estimator::{evaluate, Metrics, Session, Snapshot};
+use crate::session::{evaluate, Metrics, Session, Snapshot};
 use crate::{Dataset, Error, Model, Result, RunConfig};
 use kiln::Array;
 use kiln_optim::Parameter;

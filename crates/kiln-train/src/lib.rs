@@ -72,6 +72,7 @@ mod hooks;
 mod model;
 #[cfg(feature = "mpi")]
 pub mod multiprocess;
+mod session;
 mod spec;
 mod staging;
 mod strategy;

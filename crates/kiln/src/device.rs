@@ -15,7 +15,7 @@
 //! bytes moved. So a training loop on the GPU uploads its parameters once, then only each
 //! batch, and downloads only what it reads (the loss).
 //!
-//! Depends on [`crate::eval`] (the engines), `kiln-compiler` (run options) and `tracing`
+//! Depends on [`crate::engines`], `kiln-compiler` (run options) and `tracing`
 //! (the `kiln::device` warning).
 
 use kiln_ir::{DType, Error, Node, Result};
@@ -64,7 +64,7 @@ impl Device {
         match self {
             Device::Cpu => true,
             #[cfg(feature = "wgpu")]
-            Device::Wgpu => crate::eval::wgpu_engine().is_ok(),
+            Device::Wgpu => crate::engines::wgpu_engine().is_ok(),
             #[cfg(not(feature = "wgpu"))]
             Device::Wgpu => false,
         }
@@ -91,7 +91,7 @@ impl Device {
         match self {
             Device::Cpu => true,
             #[cfg(feature = "wgpu")]
-            Device::Wgpu => match crate::eval::wgpu_engine() {
+            Device::Wgpu => match crate::engines::wgpu_engine() {
                 Ok(e) => {
                     let c = e.backend().capabilities();
                     match dtype {
@@ -122,7 +122,7 @@ impl Device {
                 std::thread::available_parallelism().map_or(1, |n| n.get())
             ),
             #[cfg(feature = "wgpu")]
-            Device::Wgpu => match crate::eval::wgpu_engine() {
+            Device::Wgpu => match crate::engines::wgpu_engine() {
                 Ok(e) => {
                     let c = e.backend().capabilities();
                     format!("wgpu: {} (f64: {}, i64: {})", c.adapter, c.f64, c.i64)
@@ -196,7 +196,7 @@ impl Device {
             Device::Cpu => {}
             #[cfg(feature = "wgpu")]
             Device::Wgpu => {
-                if let Ok(e) = crate::eval::wgpu_engine() {
+                if let Ok(e) = crate::engines::wgpu_engine() {
                     e.backend().synchronize();
                 }
             }
@@ -222,7 +222,7 @@ impl Device {
         match self {
             Device::Cpu => Transfers::default(),
             #[cfg(feature = "wgpu")]
-            Device::Wgpu => match crate::eval::wgpu_engine() {
+            Device::Wgpu => match crate::engines::wgpu_engine() {
                 Ok(e) => {
                     let t = e.backend().transfer_stats();
                     Transfers {
@@ -249,7 +249,7 @@ impl Device {
         match self {
             Device::Cpu => DeviceMemory::default(),
             #[cfg(feature = "wgpu")]
-            Device::Wgpu => match crate::eval::wgpu_engine() {
+            Device::Wgpu => match crate::engines::wgpu_engine() {
                 Ok(e) => {
                     let p = e.backend().pool_stats();
                     DeviceMemory {
@@ -361,7 +361,7 @@ impl Array {
                 let host = self.data()?;
                 #[cfg(feature = "wgpu")]
                 {
-                    let d = crate::eval::wgpu_engine()?
+                    let d = crate::engines::wgpu_engine()?
                         .backend()
                         .upload_resident(&host)?;
                     Ok(Array::from_node(Node::with_resident(
@@ -372,7 +372,7 @@ impl Array {
                 #[cfg(not(feature = "wgpu"))]
                 {
                     let _ = (host, Node::with_resident);
-                    Err(unavailable(
+                    Err(crate::engines::unavailable(
                         "kiln was built without its `wgpu` feature".into(),
                     ))
                 }
@@ -423,14 +423,6 @@ impl std::str::FromStr for Device {
 impl std::fmt::Display for Device {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
-    }
-}
-
-pub(crate) fn unavailable(reason: String) -> Error {
-    Error::InvalidArgument {
-        op: "wgpu device",
-        message: format!("the wgpu device is unavailable: {reason}"),
-        hint: "build kiln with `features = [\"wgpu\"]` and install a GPU driver (or Mesa's software Vulkan driver), or use the CPU: unset KILN_DEVICE or call kiln::set_default_device(kiln::Device::Cpu)".into(),
     }
 }
 
@@ -486,38 +478,8 @@ fn code(d: Device) -> u8 {
 /// ```
 pub fn set_default_device(device: Device) -> Result<()> {
     if !device.is_available() {
-        return Err(unavailable(device.describe()));
+        return Err(crate::engines::unavailable(device.describe()));
     }
     DEFAULT.store(code(device), Ordering::Relaxed);
     Ok(())
-}
-
-/// Evaluates `arrays` together on `device` (whatever the default): one upload of their
-/// inputs, one download of their values.
-///
-/// ```
-/// use kiln::{Array, Device};
-/// let x = Array::from_vec(vec![1.0f32, 4.0, 9.0], &[3])?;
-/// let y = x.sqrt();
-/// kiln::eval_on(Device::Cpu, &[&y])?;
-/// assert_eq!(y.to_vec::<f32>()?, vec![1.0, 2.0, 3.0]);
-/// # Ok::<(), kiln::Error>(())
-/// ```
-pub fn eval_on(device: Device, arrays: &[&Array]) -> Result<()> {
-    crate::eval::eval_with(device, arrays)
-}
-
-/// Evaluates `arrays` on `device` as [`crate::eval_donating`] does: results may be written
-/// over the storage of `donated` arrays where nothing can read them afterwards.
-///
-/// ```
-/// use kiln::{Array, Device};
-/// let w = Array::from_vec(vec![1.0f32, 2.0], &[2])?;
-/// let next = &w * 0.5;
-/// kiln::eval_donating_on(Device::Cpu, &[&next], &[&w])?;
-/// assert_eq!(next.to_vec::<f32>()?, vec![0.5, 1.0]);
-/// # Ok::<(), kiln::Error>(())
-/// ```
-pub fn eval_donating_on(device: Device, arrays: &[&Array], donated: &[&Array]) -> Result<()> {
-    crate::eval::eval_donating_with(device, arrays, donated)
 }

@@ -5,51 +5,18 @@
 //! `KILN_CACHE_CAPACITY=n` sets the initial cache bound; `KILN_LOG_COMPILES=1` logs each
 //! compile with its reason (a `tracing` event at target `kiln::compile`, on stderr where no
 //! subscriber records it); `KILN_DUMP_DIR=dir` writes DOT files of each compiled graph.
-//! Depends on `kiln-ir`, `kiln-compiler`, `kiln-cpu`, (feature `wgpu`) `kiln-wgpu`, and
+//! Depends on `kiln-ir`, `kiln-compiler`, `kiln-cpu`, [`crate::engines`] and
 //! [`crate::device`].
 
 use crate::device::{default_device, Device};
+use crate::engines::cpu_engine;
+#[cfg(feature = "wgpu")]
+use crate::engines::wgpu_engine;
+pub use crate::engines::DEFAULT_CACHE_CAPACITY;
 use crate::Array;
 use kiln_compiler::{Backend, CacheStats, Compiled, Engine, Report, RunOptions};
-use kiln_cpu::CpuBackend;
 use kiln_ir::{DeviceData, LazyExpr, NodeRef, Result, Value};
-use std::sync::{Arc, OnceLock};
-
-/// The default bound of the graph cache (plans).
-pub const DEFAULT_CACHE_CAPACITY: usize = kiln_compiler::DEFAULT_CAPACITY;
-
-fn capacity() -> usize {
-    std::env::var("KILN_CACHE_CAPACITY")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(DEFAULT_CACHE_CAPACITY)
-}
-
-#[allow(clippy::default_constructed_unit_structs)] // the backend may gain state (a pool)
-fn cpu_engine() -> &'static Engine<CpuBackend> {
-    static ENGINE: OnceLock<Engine<CpuBackend>> = OnceLock::new();
-    ENGINE.get_or_init(|| Engine::new(CpuBackend::default(), capacity()))
-}
-
-/// The wgpu engine, opened on first use (`Err` with the reason when no adapter exists or the
-/// `wgpu` feature is off).
-#[cfg(feature = "wgpu")]
-pub(crate) fn wgpu_engine() -> Result<&'static Engine<kiln_wgpu::WgpuBackend>> {
-    static ENGINE: OnceLock<std::result::Result<Engine<kiln_wgpu::WgpuBackend>, String>> =
-        OnceLock::new();
-    ENGINE
-        .get_or_init(|| {
-            kiln_wgpu::WgpuBackend::new()
-                .map(|b| {
-                    // Downloads land in the CPU's buffer pool and go back there when dropped.
-                    b.set_host_pool(CpuBackend::pool());
-                    Engine::new(b, capacity())
-                })
-                .map_err(|e| e.to_string())
-        })
-        .as_ref()
-        .map_err(|e| crate::device::unavailable(e.clone()))
-}
+use std::sync::Arc;
 
 /// Runs `f` with the engine of `device`.
 macro_rules! with_engine {
@@ -65,7 +32,7 @@ macro_rules! with_engine {
                 $body
             }
             #[cfg(not(feature = "wgpu"))]
-            Device::Wgpu => Err(crate::device::unavailable(
+            Device::Wgpu => Err(crate::engines::unavailable(
                 "kiln was built without its `wgpu` feature".into(),
             )),
         }
@@ -275,4 +242,34 @@ pub fn inspect(arrays: &[&Array]) -> Result<Inspection> {
         dot_before: c.dot_before(),
         dot_after: c.dot_after(),
     })
+}
+
+/// Evaluates `arrays` together on `device` (whatever the default): one upload of their
+/// inputs, one download of their values.
+///
+/// ```
+/// use kiln::{Array, Device};
+/// let x = Array::from_vec(vec![1.0f32, 4.0, 9.0], &[3])?;
+/// let y = x.sqrt();
+/// kiln::eval_on(Device::Cpu, &[&y])?;
+/// assert_eq!(y.to_vec::<f32>()?, vec![1.0, 2.0, 3.0]);
+/// # Ok::<(), kiln::Error>(())
+/// ```
+pub fn eval_on(device: Device, arrays: &[&Array]) -> Result<()> {
+    eval_with(device, arrays)
+}
+
+/// Evaluates `arrays` on `device` as [`crate::eval_donating`] does: results may be written
+/// over the storage of `donated` arrays where nothing can read them afterwards.
+///
+/// ```
+/// use kiln::{Array, Device};
+/// let w = Array::from_vec(vec![1.0f32, 2.0], &[2])?;
+/// let next = &w * 0.5;
+/// kiln::eval_donating_on(Device::Cpu, &[&next], &[&w])?;
+/// assert_eq!(next.to_vec::<f32>()?, vec![0.5, 1.0]);
+/// # Ok::<(), kiln::Error>(())
+/// ```
+pub fn eval_donating_on(device: Device, arrays: &[&Array], donated: &[&Array]) -> Result<()> {
+    eval_donating_with(device, arrays, donated)
 }

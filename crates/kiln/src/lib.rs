@@ -33,6 +33,7 @@ mod array;
 mod creation;
 mod device;
 mod display;
+mod engines;
 mod eval;
 mod grad;
 mod index;
@@ -46,12 +47,12 @@ mod reduce;
 
 pub use array::Array;
 pub use device::{
-    default_device, eval_donating_on, eval_on, set_default_device, set_strict_placement,
-    strict_placement, Device, DeviceMemory, Transfers,
+    default_device, set_default_device, set_strict_placement, strict_placement, Device,
+    DeviceMemory, Transfers,
 };
 pub use eval::{
-    cache_stats, clear_cache, eval, eval_donating, inspect, lower, set_cache_capacity, Inspection,
-    DEFAULT_CACHE_CAPACITY,
+    cache_stats, clear_cache, eval, eval_donating, eval_donating_on, eval_on, inspect, lower,
+    set_cache_capacity, Inspection, DEFAULT_CACHE_CAPACITY,
 };
 pub use grad::{grad, value_and_grad, vjp};
 pub use kiln_compiler::{CacheStats, KernelReport, MissReason, MissRecord, Report};

@@ -59,3 +59,156 @@ fn every_source_file_has_a_module_doc_naming_its_dependencies() {
     }
     assert!(missing.is_empty(), "{}", missing.join("\n"));
 }
+
+/// A crate's module path of a source file under `src` (`lib.rs` and `main.rs` are the root,
+/// `""`; `a/mod.rs` is `a`; `a/b.rs` is `a::b`).
+fn module_path(src: &Path, file: &Path) -> String {
+    let rel = file.strip_prefix(src).unwrap_or(file);
+    let mut parts: Vec<String> = rel
+        .iter()
+        .map(|p| p.to_string_lossy().trim_end_matches(".rs").to_string())
+        .collect();
+    if matches!(
+        parts.last().map(String::as_str),
+        Some("mod" | "lib" | "main")
+    ) {
+        parts.pop();
+    }
+    parts.join("::")
+}
+
+/// The module paths a file's code names through `crate::`, `super::` or `self::` (comments,
+/// doc comments and the unit tests left out), each as written: `a::b::Item`, or several
+/// from one `{...}`.
+fn named_paths(text: &str, module: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let parent = match module.rfind("::") {
+        Some(i) => module[..i].to_string(),
+        None => String::new(),
+    };
+    // a file's unit tests (conventionally last) may use any module
+    for line in text.lines().take_while(|l| l.trim() != "#[cfg(test)]") {
+        let code = line.split("//").next().unwrap_or("");
+        for (prefix, base) in [
+            ("crate::", String::new()),
+            ("super::", parent.clone()),
+            ("self::", module.to_string()),
+        ] {
+            let mut rest = code;
+            while let Some(i) = rest.find(prefix) {
+                // `crate::` inside a longer identifier (`kiln_crate::`) is not the keyword
+                let before = rest[..i].chars().last();
+                rest = &rest[i + prefix.len()..];
+                if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+                    continue;
+                }
+                let join = |p: &str| {
+                    if base.is_empty() {
+                        p.to_string()
+                    } else {
+                        format!("{base}::{p}")
+                    }
+                };
+                if let Some(group) = rest.strip_prefix('{') {
+                    let end = group.find('}').unwrap_or(group.len());
+                    for item in group[..end].split(',') {
+                        let item = item.trim();
+                        if !item.is_empty() {
+                            out.push(join(item));
+                        }
+                    }
+                } else {
+                    let end = rest
+                        .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+                        .unwrap_or(rest.len());
+                    out.push(join(rest[..end].trim_end_matches(':')));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Within each crate, the modules' uses of each other form no cycle: a module never
+/// depends, directly or through others, on a module that depends on it. Uses of the crate
+/// root (its re-exports) and of a module's own ancestors or descendants do not count: a
+/// parent declares and re-exports its children.
+#[test]
+fn no_crate_has_a_cycle_of_module_imports() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut srcs: Vec<PathBuf> = std::fs::read_dir(root.join("crates"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().join("src"))
+        .filter(|p| p.is_dir())
+        .collect();
+    srcs.push(root.join("benches/src"));
+    let mut cycles = Vec::new();
+    for src in &srcs {
+        let mut files = Vec::new();
+        rust_files(src, &mut files);
+        let modules: Vec<String> = files.iter().map(|f| module_path(src, f)).collect();
+        let is_within = |a: &str, b: &str| a == b || a.starts_with(&format!("{b}::"));
+        // edges: module index -> module indices it uses
+        let mut edges: Vec<Vec<usize>> = vec![Vec::new(); modules.len()];
+        for (i, f) in files.iter().enumerate() {
+            let text = std::fs::read_to_string(f).unwrap();
+            for path in named_paths(&text, &modules[i]) {
+                // the longest module that is a prefix of the path
+                let target = modules
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, m)| !m.is_empty() && is_within(&path, m))
+                    .max_by_key(|(_, m)| m.len())
+                    .map(|(j, _)| j);
+                let Some(j) = target else { continue };
+                let (a, b) = (&modules[i], &modules[j]);
+                let related = is_within(a, b) || is_within(b, a);
+                if !related && !a.is_empty() && !edges[i].contains(&j) {
+                    edges[i].push(j);
+                }
+            }
+        }
+        // depth-first search for a back edge
+        let mut state = vec![0u8; modules.len()]; // 0 new, 1 on the stack, 2 done
+        let mut stack: Vec<usize> = Vec::new();
+        fn visit(
+            v: usize,
+            edges: &[Vec<usize>],
+            state: &mut [u8],
+            stack: &mut Vec<usize>,
+            found: &mut Vec<Vec<usize>>,
+        ) {
+            state[v] = 1;
+            stack.push(v);
+            for &w in &edges[v] {
+                match state[w] {
+                    0 => visit(w, edges, state, stack, found),
+                    1 => {
+                        let at = stack.iter().position(|&x| x == w).unwrap_or(0);
+                        found.push(stack[at..].to_vec());
+                    }
+                    _ => {}
+                }
+            }
+            stack.pop();
+            state[v] = 2;
+        }
+        let mut found = Vec::new();
+        for v in 0..modules.len() {
+            if state[v] == 0 {
+                visit(v, &edges, &mut state, &mut stack, &mut found);
+            }
+        }
+        let rel = src.strip_prefix(&root).unwrap_or(src).display().to_string();
+        for c in found {
+            let names: Vec<&str> = c.iter().map(|&i| modules[i].as_str()).collect();
+            cycles.push(format!("{rel}: {} -> {}", names.join(" -> "), names[0]));
+        }
+    }
+    assert!(
+        cycles.is_empty(),
+        "module import cycles:\n{}",
+        cycles.join("\n")
+    );
+}

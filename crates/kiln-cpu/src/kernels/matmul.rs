@@ -17,9 +17,10 @@
 //! with the output after the product overwrote it, or an output dtype other than the
 //! product's, takes a scratch product buffer.
 //!
-//! Depends on the elementwise kernels' loops, `small_gemm`, `crate::interp` (epilogues), `crate::source`, `crate::typed`, `crate::buffer`, `matrixmultiply` and kiln-compiler's plan types.
+//! Depends on the elementwise kernels' loops, `gemm` (the product's description), `small_gemm`, `crate::interp` (epilogues), `crate::source`, `crate::typed`, `crate::buffer`, `matrixmultiply` and kiln-compiler's plan types.
 
 use super::elementwise::{check_outputs, run_blocks, run_space};
+use super::gemm::{Gemm, FEW_COLUMNS};
 use super::small_gemm::{self, Scale};
 use crate::buffer::{BufferPool, CpuBuffer};
 use crate::interp::Interp;
@@ -702,10 +703,6 @@ const SMALL_MACS: usize = 64 * 64 * 64;
 /// ... or, below [`PAR_GEMM_MACS`], when the right operand takes at most this many bytes
 /// (it stays in L1 across the passes over it).
 const SMALL_B_BYTES: usize = 32 << 10;
-/// Products with fewer columns than this (one AVX-512 vector of `f32`) take [`small_gemm`]
-/// below [`PAR_GEMM_MACS`] (its transposed and dot-product forms; `matrixmultiply` packs
-/// both operands and fills few of its register block's columns).
-pub(super) const FEW_COLUMNS: usize = 16;
 /// Products of at least this many multiply-adds split their rows over the thread team
 /// (~2M: 15–20 µs on one core, where waking a second thread starts to pay).
 const PAR_GEMM_MACS: usize = 1 << 21;
@@ -722,38 +719,7 @@ const STORE_MACS: usize = 16;
 /// Rows per parallel block at least.
 const PAR_GEMM_ROWS: usize = 32;
 
-/// One `m×k @ k×n` product; every element `aoff + i*rsa + p*csa` (`i < m`, `p < k`) lies in
-/// `a`, likewise for `b` (checked by `source::build` against the buffers), and `c` is the
-/// contiguous `m×n` output.
-#[derive(Clone, Copy)]
-pub(super) struct Gemm {
-    pub(super) m: usize,
-    pub(super) k: usize,
-    pub(super) n: usize,
-    pub(super) aoff: isize,
-    pub(super) rsa: isize,
-    pub(super) csa: isize,
-    pub(super) boff: isize,
-    pub(super) rsb: isize,
-    pub(super) csb: isize,
-}
-
 impl Gemm {
-    /// Debug check of the bounds the callers guarantee.
-    pub(super) fn in_bounds(&self, alen: usize, blen: usize, clen: usize) -> bool {
-        let a = Walk::new(&[self.m, self.k], &[self.rsa, self.csa], self.aoff);
-        let b = Walk::new(&[self.k, self.n], &[self.rsb, self.csb], self.boff);
-        a.check(alen, "a").is_ok() && b.check(blen, "b").is_ok() && clen == self.m * self.n
-    }
-
-    /// Panics unless the operand views lie inside the slices (see [`Self::in_bounds`]).
-    fn check(&self, alen: usize, blen: usize, clen: usize) {
-        assert!(
-            self.in_bounds(alen, blen, clen),
-            "matmul operand views out of bounds"
-        );
-    }
-
     /// Whether the product goes to [`small_gemm`] rather than `matrixmultiply`: few rows
     /// (where `matrixmultiply` packs the whole right operand into a fresh buffer for a few
     /// passes over it: 1×256×768 f32 took 72 µs there and 12 µs here, 16×256×768 77 µs and

@@ -5,6 +5,7 @@
 
 pub mod elementwise;
 pub mod gather;
+mod gemm;
 pub mod group;
 pub mod matmul;
 pub mod reduce;

@@ -48,9 +48,9 @@
 //! inside fixed-size arrays and slices, and the packed block's pointer walk; all compiled
 //! out under Miri (which runs the portable copies of every form, the blocked one included).
 //!
-//! Depends on `super::matmul` (the GEMM description) and `crate::tune` (the cache blocks).
+//! Depends on `super::gemm` (the GEMM description) and `crate::tune` (the cache blocks).
 
-use super::matmul::{Gemm, FEW_COLUMNS};
+use super::gemm::{Gemm, FEW_COLUMNS};
 
 /// The float types the kernel handles.
 pub(super) trait Real:
