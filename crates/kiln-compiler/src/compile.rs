@@ -111,13 +111,20 @@ pub fn compile_with_limit(expr: &LazyExpr, max_kernel_inputs: usize) -> Result<C
 /// assert_eq!(r.outputs.len(), 2);
 /// ```
 pub fn compile_for(expr: &LazyExpr, target: Target) -> Result<Compiled> {
+    // In debug builds the verifier runs after every pass: the working graph after lowering
+    // and after the rewrites, the plan after fusion, after the reordering of parameter
+    // updates, after the row groups and after the memory plan.
     let source = Graph::from_expr(expr);
+    #[cfg(debug_assertions)]
+    source.verify()?;
     let (graph, _) = rewrite::optimize(&source);
     #[cfg(debug_assertions)]
     graph.verify()?;
     let fused = fuse::fuse_for(&graph, expr.bindings.scalars.len() as u32, target);
     let mut plan = fused.plan;
     let mut cluster = fused.cluster;
+    #[cfg(debug_assertions)]
+    verify_plan(&plan, "fusion", false)?;
     if target.donations {
         let order = memory::sink_updates(&mut plan);
         let mut position = vec![0usize; order.len()];
@@ -127,6 +134,8 @@ pub fn compile_for(expr: &LazyExpr, target: Target) -> Result<Compiled> {
         for c in cluster.iter_mut().flatten() {
             *c = position[*c];
         }
+        #[cfg(debug_assertions)]
+        verify_plan(&plan, "the reordering of parameter updates", false)?;
     }
     if target.row_groups {
         plan.groups = crate::group::row_groups(&plan);
@@ -136,18 +145,32 @@ pub fn compile_for(expr: &LazyExpr, target: Target) -> Result<Compiled> {
             plan.groups
                 .retain(|g| !ks.iter().any(|&k| g.start <= k && k < g.end));
         }
+        #[cfg(debug_assertions)]
+        verify_plan(&plan, "the row groups", false)?;
     }
     memory::plan_memory(&mut plan, &expr.bindings.dims, target.donations);
     #[cfg(debug_assertions)]
-    plan.verify().map_err(|message| kiln_ir::Error::Verifier {
-        node: 0,
-        op: "plan".into(),
-        message,
-    })?;
+    verify_plan(&plan, "the memory plan", true)?;
     Ok(Compiled {
         plan,
         source,
         graph,
         cluster,
+    })
+}
+
+/// The plan verifier after the pass `after`, as an error naming the pass (the buffers checked
+/// only once the memory plan has made them).
+#[cfg(debug_assertions)]
+fn verify_plan(plan: &Plan, after: &str, buffers: bool) -> Result<()> {
+    let checked = if buffers {
+        plan.verify()
+    } else {
+        plan.verify_structure()
+    };
+    checked.map_err(|message| kiln_ir::Error::Verifier {
+        node: 0,
+        op: format!("plan after {after}"),
+        message,
     })
 }

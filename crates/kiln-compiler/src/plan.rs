@@ -501,15 +501,37 @@ pub fn sym(dims: &[Option<u32>]) -> SymShape {
 }
 
 impl Plan {
-    /// Checks the plan's invariants (run after compiling in debug builds): every input view
-    /// of an elementwise or reduce kernel has the kernel's index space as its shape, every
-    /// program operand precedes its user, each slot is written once before it is read and
-    /// lives in a buffer of its dtype, and every output is written.
+    /// Checks the plan's invariants (run after the memory plan in debug builds): every input
+    /// view of an elementwise or reduce kernel has the kernel's index space as its shape,
+    /// every program operand precedes its user, each slot is written once before it is read
+    /// and lives in a buffer of its dtype, and every output is written.
     ///
     /// ```
     /// assert!(kiln_compiler::Plan::default().verify().is_ok());
     /// ```
     pub fn verify(&self) -> Result<(), String> {
+        self.check(true)
+    }
+
+    /// [`Plan::verify`] without the buffers, for a plan before its memory plan (after fusion,
+    /// the reordering of parameter updates and the row groups, in debug builds), whose slots
+    /// have no buffers yet.
+    ///
+    /// ```
+    /// use kiln_ir::{build, HostData, LazyExpr, Shape, UnaryOp};
+    /// let x = build::data(HostData::from(vec![1.0f32; 4]), Shape::from([4])).unwrap();
+    /// let y = build::unary(UnaryOp::Exp, &x).unwrap();
+    /// let c = kiln_compiler::compile(&LazyExpr::from_roots(&[&y])).unwrap();
+    /// let mut before = c.plan.clone();
+    /// before.buffers.clear(); // as fusion leaves it
+    /// assert!(before.verify_structure().is_ok() && before.verify().is_err());
+    /// ```
+    pub fn verify_structure(&self) -> Result<(), String> {
+        self.check(false)
+    }
+
+    /// The checks of [`Plan::verify`]; the slots' buffers only when `buffers`.
+    fn check(&self, buffers: bool) -> Result<(), String> {
         let mut written = vec![false; self.slots.len()];
         for (k, kernel) in self.kernels.iter().enumerate() {
             let fail = |m: String| Err(format!("kernel {k}: {m}"));
@@ -574,6 +596,9 @@ impl Plan {
                     return fail(format!("slot {s} written twice"));
                 }
                 written[s as usize] = true;
+                if !buffers {
+                    continue;
+                }
                 let b = self
                     .buffers
                     .get(slot.buffer as usize)
