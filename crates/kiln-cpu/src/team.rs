@@ -4,10 +4,9 @@
 //!
 //! Why not a work-stealing pool: on a virtual machine, waking a sleeping thread costs tens of
 //! microseconds on both sides. A loop handed to a sleeping `rayon` pool from outside it paid
-//! that twice per loop — the pool's first worker started ~20 µs and its second ~40 µs after
-//! the call, and the caller, asleep while the workers ran, resumed ~65 µs after the last one
-//! finished (W7's two 900 µs products took 1,050 and 950 µs; measured with a timer around
-//! each block). Here the caller takes part in its own loop (it claims items like the
+//! that twice per loop: its workers started late and the caller, asleep while they ran,
+//! resumed late (measured with a timer around each block; docs/performance.md, "Figures
+//! behind the CPU kernels' choices"). Here the caller takes part in its own loop (it claims items like the
 //! helpers, so a late helper delays nothing), helpers that ran a job recently are spinning
 //! and claim items within a microsecond, and the caller waits for the last item by
 //! spinning, not sleeping.

@@ -229,8 +229,8 @@ pub struct CacheBlocks {
     /// The level-2 cache the blocks were derived from, in bytes.
     pub l2_bytes: usize,
     /// The blocked GEMM's packed left panel (12 rows × `kc` steps), read once per register
-    /// block from L1: 20 KiB, at most 5/8 of L1d (2048³ f32 246–260 GFLOP/s blocked against
-    /// `matrixmultiply`'s 239–242 on Sapphire Rapids).
+    /// block from L1: 20 KiB, at most 5/8 of L1d (measured on Sapphire Rapids; see the
+    /// blocked form's figures in docs/performance.md, "Figures behind the CPU kernels' choices").
     pub gemm_a_panel_bytes: usize,
     /// One row of the small GEMM's left panel per block of steps (the panel is four such
     /// rows, in L1): 4 KiB, at most 1/8 of L1d.

@@ -23,8 +23,8 @@ use kiln_ir::Result;
 
 /// Bytes of the rows of one block, summed over every buffer and input the group's kernels
 /// touch: what should stay in a core's L2 cache between the group's kernels
-/// ([`crate::CacheBlocks::group_block_bytes`]; smaller blocks pay each kernel's set-up,
-/// ~1.5 µs, more often).
+/// ([`crate::CacheBlocks::group_block_bytes`]; smaller blocks pay each kernel's set-up more
+/// often).
 fn block_bytes() -> usize {
     crate::tune::tuning().blocks.group_block_bytes
 }

@@ -704,15 +704,15 @@ const SMALL_MACS: usize = 64 * 64 * 64;
 /// (it stays in L1 across the passes over it).
 const SMALL_B_BYTES: usize = 32 << 10;
 /// Products of at least this many multiply-adds split their rows over the thread team
-/// (~2M: 15–20 µs on one core, where waking a second thread starts to pay).
+/// (where waking a second thread starts to pay).
 const PAR_GEMM_MACS: usize = 1 << 21;
 /// Columns of the products [`Gemm::blocked`] admits at least.
 const BLOCKED_MIN_COLUMNS: usize = 128;
 /// Steps (`k`) of the products [`Gemm::blocked`] admits at least.
 const BLOCKED_MIN_STEPS: usize = 64;
 /// [`small_gemm`] products split their rows over the team from this much work
-/// ([`Gemm::parallel`]): ~20 µs on one core. `relu`-masked `g @ w2ᵀ` at 256×10×512 (the
-/// MLP step's hidden-layer gradient) took 99 µs on one core.
+/// ([`Gemm::parallel`]), about what waking a second thread costs; the MLP step's `relu`-masked
+/// hidden-layer gradient is above it.
 const PAR_SMALL_WORK: usize = 1 << 20;
 /// What one stored element costs in [`Gemm::parallel`]'s model, in multiply-adds.
 const STORE_MACS: usize = 16;
@@ -722,19 +722,14 @@ const PAR_GEMM_ROWS: usize = 32;
 impl Gemm {
     /// Whether the product goes to [`small_gemm`] rather than `matrixmultiply`: few rows
     /// (where `matrixmultiply` packs the whole right operand into a fresh buffer for a few
-    /// passes over it: 1×256×768 f32 took 72 µs there and 12 µs here, 16×256×768 77 µs and
-    /// 63 µs), a tiny product, or — when the rows of `a` are contiguous, so the kernel reads
-    /// them in place — a small product or a right operand that stays in L1 (f32, one core:
-    /// 64³ 4.8 µs there and 3.1 µs here, 256×64×64 17.7 and 12.9 µs; f64 64³ 10.0 and
-    /// 6.3 µs). A transposed `a` stays on `matrixmultiply`, whose packing reads it in panels:
-    /// the small kernel copies it four rows at a time with a stride of `m` (`xᵀ @ g` at
-    /// 784×32×10 f32: 21 µs here, 9 µs there), unless the product has few columns
-    /// ([`FEW_COLUMNS`]), which the small kernel computes transposed or as dot products
-    /// (f32, end to end with 2.5 µs of overhead: `h @ w` at 256×512×10 57 µs there and
-    /// 35 µs here, `hᵀ @ g` at 512×256×10 47 and 29 µs; `g @ wᵀ` at 256×10×512, whose
-    /// 20 KiB right operand [`SMALL_B_BYTES`] admits, 43 and 33 µs). From [`PAR_GEMM_MACS`]
-    /// `matrixmultiply`'s row blocks run on all cores. `elem` is the size of an element in
-    /// bytes.
+    /// passes over it), a tiny product, or — when the rows of `a` are contiguous, so the
+    /// kernel reads them in place — a small product or a right operand that stays in L1.
+    /// A transposed `a` stays on `matrixmultiply`, whose packing reads it in panels: the
+    /// small kernel copies it four rows at a time with a stride of `m`, unless the product
+    /// has few columns ([`FEW_COLUMNS`]), which the small kernel computes transposed or as dot
+    /// products. From [`PAR_GEMM_MACS`] `matrixmultiply`'s row blocks run on all cores.
+    /// Each bound was measured against `matrixmultiply` (docs/performance.md, "Figures behind
+    /// the CPU kernels' choices"). `elem` is the size of an element in bytes.
     pub(super) fn small(&self, elem: usize) -> bool {
         let macs = self.m.saturating_mul(self.k).saturating_mul(self.n);
         let b_bytes = self.k.saturating_mul(self.n).saturating_mul(elem);
@@ -750,13 +745,10 @@ impl Gemm {
     /// (packed 12×32 register blocks) rather than `matrixmultiply`: at the AVX-512 level, with
     /// at least [`BLOCKED_MIN_COLUMNS`] columns and [`BLOCKED_MIN_STEPS`] steps, and, for a
     /// scaled product (`coefs` other than `(1, 0)`: an epilogue run inside the GEMM), few
-    /// enough steps for one block ([`small_gemm::scaled_in_one_block`]). Measured on
-    /// this machine, 2 threads, f32 (`benches/src/bin/mm.rs`-style timings, GFLOP/s blocked
-    /// vs `matrixmultiply`): 2048³ 246–260 vs 239–242, 1024³ 248–251 vs 242–245,
-    /// 256×784×512 236–241 vs 192–207, `(784×256)ᵀ @ 256×512` 276–278 vs 209,
-    /// 4096×64×4096 162–244 vs 134–136; f64 1024³ 113–118 vs 81–89. Below those bounds
-    /// `matrixmultiply` was faster: 1024×16×1024 183 vs 220, 1024×1024×40 116 vs 172
-    /// (a 32-column register block fills 40 columns badly), 64×4096×64 121 vs 180.
+    /// enough steps for one block ([`small_gemm::scaled_in_one_block`]). Above those bounds
+    /// the blocked form was faster than `matrixmultiply` on every shape measured, below them
+    /// slower (a 32-column register block fills a few columns badly); the figures are in
+    /// docs/performance.md, "Figures behind the CPU kernels' choices".
     fn blocked(&self, elem: usize, coefs: (f64, f64)) -> bool {
         crate::simd::isa() >= crate::simd::Isa::Avx512
             && self.n >= BLOCKED_MIN_COLUMNS

@@ -141,8 +141,8 @@ pub(super) struct Scale<'a, T> {
 
 /// The addend `L` of [`Scale`] read in place: row `i` is `data[off + i·rs..][..n]` (unit
 /// column stride; `rs = 0` repeats one row, a broadcast bias). Read by the stores, so `L`
-/// is not copied into `c` first (`x @ w + b` at 64³ f32: a prefill of 0.6 µs per product,
-/// about a tenth of the whole evaluation).
+/// is not copied into `c` first (a prefill cost about a tenth of a small affine product's
+/// whole evaluation).
 #[derive(Clone, Copy)]
 pub(super) struct Addend<'a, T> {
     pub(super) data: &'a [T],
@@ -164,7 +164,7 @@ trait Panel<T, const MR: usize>: Copy {
     fn at(&self, p: usize) -> [T; MR];
     /// The first `k` steps only (panics if there are fewer): a kernel that cuts its panel
     /// to its `k` steps first reads every step without a bounds check (four per step in a
-    /// block not inlined into its caller: 64×64×64 f32 96 → 108 GFLOP/s end to end).
+    /// block not inlined into its caller, a measurable share of a small product).
     fn first(self, k: usize) -> Self;
 }
 
@@ -288,7 +288,7 @@ impl<T: Real, const F: bool> Micro<T> for Lanes<F> {
 /// 512-bit registers through intrinsics, for the AVX-512 copies only. The arrays of
 /// [`Lanes`] follow the target's preferred vector width: built with `-C target-cpu=native`
 /// on this machine LLVM prefers 256-bit vectors, and the 4×64 f32 block then needs 32
-/// `ymm` accumulators and spills (W6 7.1 → 17.9 µs per iteration); here the width is fixed.
+/// `ymm` accumulators and spills (W6 became more than twice as slow); here the width is fixed.
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 struct Zmm;
 
@@ -453,7 +453,7 @@ macro_rules! zmm_block {
 
 /// [`dot_rows`] in registers of `$lanes` elements through intrinsics (`$feat`), for the
 /// AVX-512 ([`Zmm`]) and AVX2 ([`Ymm`]) copies: the array form was not vectorised (LLVM kept
-/// the accumulators in memory: 256×512×10 f32 took 400 µs instead of 16).
+/// the accumulators in memory, some twenty-five times slower).
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 macro_rules! simd_dot {
     ($t:ty, $f:ident, $feat:literal, $lanes:literal, $zero:ident, $load:ident, $store:ident, $fmadd:ident) => {
@@ -937,8 +937,8 @@ fn dot_rows<T: Real, const F: bool, const L: usize, const R: usize, const J: usi
 /// (`csa = 1`): `b` is copied into 64-byte aligned chunks of `L` elements of each column
 /// (zero-padded past `k`) and each element of `c` is a dot product over `L` lanes
 /// ([`dot_rows`]), two rows of `a` by up to five columns per pass ([`dot_columns`]). The
-/// broadcast form fills `n` of a vector's `L` lanes: `256×512 @ 512×10` f32 took 43 µs
-/// there (end to end), 35 µs here (a packed copy not aligned: 42 µs).
+/// broadcast form fills only `n` of a vector's `L` lanes, and an unaligned packed copy
+/// loses most of the gain.
 #[inline(always)]
 fn gemm_dot<T: Real, K: Micro<T>, const L: usize>(
     g: &Gemm,
@@ -1109,8 +1109,8 @@ enum Choice {
 
 fn choose(g: &Gemm, nv: usize) -> Choice {
     // "Few" is fewer than sixteen at every level: at AVX2 (8 lanes) ten columns fill one
-    // vector and a quarter of the next (`h @ W2` at 256×512×10: 120 µs in the broadcast form
-    // at AVX2, 38 µs as dot products, end to end; `hᵀ @ dl` 180 and 40 µs transposed).
+    // vector and a quarter of the next, and the broadcast form was three to four times
+    // slower than the dot-product and transposed forms there.
     let few = g.n < FEW_COLUMNS.max(nv);
     if few && g.m >= nv && g.rsa == 1 && g.csa != 1 {
         Choice::Transposed
@@ -1123,8 +1123,8 @@ fn choose(g: &Gemm, nv: usize) -> Choice {
 
 /// `c = (bᵀ @ aᵀ)ᵀ` for a transposed `a` and few columns: the broadcast form over the
 /// transposed product, whose right operand `aᵀ` then has contiguous rows read in place and
-/// whose `m` columns fill the vectors (`(512×256)ᵀ @ 256×10` f32: 89 µs in the broadcast
-/// form, which copies `a` into panels and fills 10 of 16 lanes). The same products in the
+/// whose `m` columns fill the vectors (the broadcast form copies `a` into panels and fills 10
+/// of 16 lanes for ten columns). The same products in the
 /// same order as [`gemm_broadcast`], into a scratch `n × m` matrix, then scaled into `c`.
 #[inline(always)]
 fn gemm_transposed<T: Real, K: Micro<T>, const MR: usize, const NR: usize, const NV: usize>(
@@ -1367,9 +1367,7 @@ fn kc_bytes() -> usize {
 /// new page every row or two).
 const PACK_ROWS: usize = 128;
 /// Blocks of the right operand up to this size are read in place: they stay in L1 across
-/// the blocks of rows, and packing them cost more than it saved (f32, end to end, GFLOP/s
-/// packed vs in place: 128×64×64 108 vs 127, 256×64×64 122 vs 143, 256×64×112 112–125 vs
-/// 120; 256×16×512 and 256×8×1024 equal within the noise).
+/// the blocks of rows, and packing them cost more than it saved.
 const PACK_MIN_BYTES: usize = 32 << 10;
 
 /// Copies rows `p0..p0+kq`, columns `jc..jc+jn` of `b` into `out` as panels of `NR`
