@@ -397,7 +397,13 @@ fn unary(g: &mut Gen<'_>, op: UnaryOp, d: DType, x: &str) -> String {
                 ),
                 Square => format!("({x} * {x})"),
                 Relu => format!("max({x}, {z})"),
-                _ => x.to_string(), // floor/ceil/round of integers
+                // an integer is its own floor, ceiling and rounding
+                Floor | Ceil | Round => x.to_string(),
+                // every op listed (no catch-all): a new op does not compile until it is here
+                Exp | Log | Log1p | Expm1 | Sqrt | Rsqrt | Recip | Sin | Cos | Tanh | Sigmoid => {
+                    unreachable!("{op:?} of an integer: the builders cast it to float first")
+                }
+                IsNan | LogicalNot => unreachable!("predicates are generated above"),
             }
         }
     }
@@ -430,9 +436,16 @@ fn binary(g: &mut Gen<'_>, op: BinaryOp, d: DType, a: &str, b: &str) -> String {
         _ => {}
     }
     if d == DType::Bool {
+        // every op listed (no catch-all): a new op does not compile until it is here
         return match op {
             Maximum => format!("({a} || {b})"),
-            _ => format!("({a} && {b})"),
+            Minimum => format!("({a} && {b})"),
+            Add | Sub | Mul | Div | FloorDiv | Rem | Pow => {
+                unreachable!("bool {op:?}: the builders give bools only comparisons, logic, maximum and minimum")
+            }
+            Eq | Ne | Lt | Le | Gt | Ge | LogicalAnd | LogicalOr => {
+                unreachable!("comparisons and logic handled above")
+            }
         };
     }
     if d.is_float() {
@@ -458,7 +471,9 @@ fn binary(g: &mut Gen<'_>, op: BinaryOp, d: DType, a: &str, b: &str) -> String {
                 let f = if op == Maximum { "max" } else { "min" };
                 format!("select({f}({a}, {b}), {a} + {b}, k_isnan_{t}({a}) || k_isnan_{t}({b}))")
             }
-            _ => unreachable!("comparisons handled above"),
+            Eq | Ne | Lt | Le | Gt | Ge | LogicalAnd | LogicalOr => {
+                unreachable!("comparisons and logic handled above")
+            }
         };
     }
     match op {
@@ -479,7 +494,11 @@ fn binary(g: &mut Gen<'_>, op: BinaryOp, d: DType, a: &str, b: &str) -> String {
         }
         Maximum => format!("max({a}, {b})"),
         Minimum => format!("min({a}, {b})"),
-        _ => format!("({a} / {b})"), // integer Div is lowered to float by the builders
+        // integer Div is lowered to float by the builders; kept for a hand-built graph
+        Div => format!("({a} / {b})"),
+        Eq | Ne | Lt | Le | Gt | Ge | LogicalAnd | LogicalOr => {
+            unreachable!("comparisons and logic handled above")
+        }
     }
 }
 
