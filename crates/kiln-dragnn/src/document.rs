@@ -426,7 +426,11 @@ impl Row {
     /// assert!(s.word(0).unwrap().space_after());
     /// ```
     pub fn space_after(&self) -> bool {
-        !self.misc().contains(&("SpaceAfter", "No"))
+        // Read in place: features ask this of a token at every step.
+        !self
+            .field(Column::Misc)
+            .split('|')
+            .any(|kv| kv == "SpaceAfter=No")
     }
 
     /// Replaces one column (not the ID) without checking the value.

@@ -23,7 +23,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::document::{Column, Sentence};
 
@@ -165,14 +165,127 @@ impl TermCounter {
 /// assert_eq!(map.term(2), Some("cat"));
 /// assert_eq!(map.to_text().unwrap(), "3\nthe 10\na 4\ncat 4\n");
 /// ```
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Default)]
 pub struct TermMap {
     // Shared: a map is built once and then only read, and every session's feature channels
-    // hold it (a clone copies two pointers, not the vocabulary).
+    // hold it (a clone copies three pointers, not the vocabulary).
     terms: Arc<Vec<(String, u64)>>,
     // Fx hashing: features look terms up for every token at every step, and SipHash's
     // protection against chosen keys buys nothing for a vocabulary read from a file.
     index: Arc<HashMap<String, usize, rustc_hash::FxBuildHasher>>,
+    // The affix maps derived from the terms so far, built once and shared by every clone
+    // (each session's channels ask for them: [`TermMap::affixes`]).
+    affixes: Arc<Mutex<Vec<AffixKey>>>,
+}
+
+/// An affix map of [`TermMap::affixes`]: its length, whether prefixes, the map.
+type AffixKey = (u32, bool, Arc<AffixMap>);
+
+/// Two maps are equal when they hold the same terms with the same counts.
+impl PartialEq for TermMap {
+    fn eq(&self, other: &TermMap) -> bool {
+        self.terms == other.terms
+    }
+}
+
+impl Eq for TermMap {}
+
+impl std::fmt::Debug for TermMap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TermMap")
+            .field("terms", &self.terms)
+            .finish()
+    }
+}
+
+/// The affixes of one kind and length of a map's terms (SyntaxNet's affix tables): each
+/// affix's id is the order in which the terms, in id order, first give it.
+///
+/// ```
+/// use kiln_dragnn::term_map::{AffixMap, TermMap};
+/// let words = TermMap::from_text("3\nkitap 3\nkalem 2\nev 1\n", 0, 0).unwrap();
+/// let suffixes = words.affixes(2, false);
+/// assert_eq!((suffixes.id("ap"), suffixes.id("em"), suffixes.id("ev")), (Some(0), Some(1), Some(2)));
+/// assert_eq!(suffixes.len(), 3);
+/// assert_eq!(AffixMap::affix("kitap", 3, true), Some("kit"));
+/// assert_eq!(AffixMap::affix("ev", 3, false), None); // shorter than the affix
+/// ```
+#[derive(Debug, Default)]
+pub struct AffixMap {
+    ids: HashMap<String, usize, rustc_hash::FxBuildHasher>,
+}
+
+impl AffixMap {
+    /// The prefix (`prefix`) or suffix of `word` of `length` characters; `None` when the
+    /// word is shorter.
+    ///
+    /// ```
+    /// use kiln_dragnn::term_map::AffixMap;
+    /// assert_eq!(AffixMap::affix("ağaç", 2, false), Some("aç"));
+    /// assert_eq!(AffixMap::affix("ağaç", 4, true), Some("ağaç"));
+    /// ```
+    pub fn affix(word: &str, length: u32, prefix: bool) -> Option<&str> {
+        let length = length as usize;
+        if prefix {
+            match word.char_indices().nth(length) {
+                Some((end, _)) => Some(&word[..end]),
+                None if word.chars().count() == length => Some(word),
+                None => None,
+            }
+        } else {
+            let count = word.chars().count();
+            if count < length {
+                return None;
+            }
+            let start = word
+                .char_indices()
+                .nth(count - length)
+                .map_or(word.len(), |(i, _)| i);
+            Some(&word[start..])
+        }
+    }
+
+    fn build(words: &TermMap, length: u32, prefix: bool) -> AffixMap {
+        let mut ids: HashMap<String, usize, rustc_hash::FxBuildHasher> = HashMap::default();
+        for word in words.terms() {
+            if let Some(a) = Self::affix(word, length, prefix) {
+                if !ids.contains_key(a) {
+                    let next = ids.len();
+                    ids.insert(a.to_owned(), next);
+                }
+            }
+        }
+        AffixMap { ids }
+    }
+
+    /// The id of `affix`, `None` for an affix no term has.
+    ///
+    /// ```
+    /// let words = kiln_dragnn::term_map::TermMap::from_text("1\nab 1\n", 0, 0).unwrap();
+    /// assert_eq!((words.affixes(1, true).id("a"), words.affixes(1, true).id("b")), (Some(0), None));
+    /// ```
+    pub fn id(&self, affix: &str) -> Option<usize> {
+        self.ids.get(affix).copied()
+    }
+
+    /// The number of affixes.
+    ///
+    /// ```
+    /// let words = kiln_dragnn::term_map::TermMap::from_text("2\nab 2\ncb 1\n", 0, 0).unwrap();
+    /// assert_eq!(words.affixes(1, false).len(), 1);
+    /// ```
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// Whether no term is long enough to have an affix of this length.
+    ///
+    /// ```
+    /// assert!(kiln_dragnn::term_map::TermMap::default().affixes(2, true).is_empty());
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
 }
 
 impl TermMap {
@@ -196,7 +309,42 @@ impl TermMap {
         TermMap {
             terms: Arc::new(terms),
             index: Arc::new(index),
+            affixes: Arc::default(),
         }
+    }
+
+    /// Whether `other` is this map or a clone of it (the same vocabulary object, not only
+    /// equal terms): ids another holder of the map computed can then be reused.
+    ///
+    /// ```
+    /// use kiln_dragnn::term_map::TermMap;
+    /// let a = TermMap::from_text("1\nx 1\n", 0, 0).unwrap();
+    /// let b = TermMap::from_text("1\nx 1\n", 0, 0).unwrap();
+    /// assert!(a.is_shared_with(&a.clone()));
+    /// assert!(a == b && !a.is_shared_with(&b));
+    /// ```
+    pub fn is_shared_with(&self, other: &TermMap) -> bool {
+        Arc::ptr_eq(&self.index, &other.index)
+    }
+
+    /// The map of the terms' affixes of `length` characters (prefixes when `prefix`), built
+    /// the first time a clone of this map asks for it and shared after that.
+    ///
+    /// ```
+    /// use kiln_dragnn::term_map::TermMap;
+    /// let words = TermMap::from_text("2\nkitap 2\nkitaplar 1\n", 0, 0).unwrap();
+    /// let p = words.affixes(3, true);
+    /// assert_eq!((p.len(), p.id("kit")), (1, Some(0)));
+    /// assert!(std::sync::Arc::ptr_eq(&p, &words.clone().affixes(3, true)));
+    /// ```
+    pub fn affixes(&self, length: u32, prefix: bool) -> Arc<AffixMap> {
+        let mut memo = self.affixes.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, _, m)) = memo.iter().find(|(l, p, _)| *l == length && *p == prefix) {
+            return m.clone();
+        }
+        let map = Arc::new(AffixMap::build(self, length, prefix));
+        memo.push((length, prefix, map.clone()));
+        map
     }
 
     /// The number of terms.

@@ -230,7 +230,7 @@ impl SyntaxNetComponent {
     /// The features of every state, as `(element, feature)` with `element = batch *
     /// max_beam + slot`.
     fn extract_fixed(&self, channel: &dyn FixedFeatures) -> Vec<(usize, FixedFeature)> {
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(self.beams.len() * self.max_beam * channel.size());
         let mut buf = Vec::new();
         for (b, beam) in self.beams.iter().enumerate() {
             for (slot, state) in beam.beam().iter().enumerate() {

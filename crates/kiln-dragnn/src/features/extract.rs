@@ -10,7 +10,6 @@
 //! [`crate::term_map`] (the vocabularies), [`crate::spec`] (the channels) and
 //! [`crate::transition::ParserState`].
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -19,7 +18,7 @@ use super::parse::{parse_templates, Template};
 use super::template::{compile, Feature, Path, TokenValue};
 use super::{FeatureError, FixedFeature, FixedFeatures, LinkFeatures};
 use crate::spec::{FixedFeatureChannel, LinkedFeatureChannel};
-use crate::term_map::{TermMap, TermMaps};
+use crate::term_map::{AffixMap, TermMap, TermMaps};
 use crate::transition::ParserState;
 
 /// The nominal number of values of the numeric features `focus` and `gold-head` (SyntaxNet's
@@ -46,54 +45,13 @@ pub fn default_num_actions(maps: &TermMaps) -> usize {
     (1 + 2 * maps.labels.len()).max(maps.tags.len()).max(1)
 }
 
-/// The affixes of one kind and length, ids in the order the word map first gives them.
-#[derive(Debug, Default)]
-struct AffixTable {
-    ids: HashMap<String, usize>,
-}
-
-impl AffixTable {
-    /// The affix of `word` (`None` when the word is shorter than `length` characters).
-    fn affix(word: &str, length: u32, prefix: bool) -> Option<&str> {
-        let length = length as usize;
-        if prefix {
-            match word.char_indices().nth(length) {
-                Some((end, _)) => Some(&word[..end]),
-                None if word.chars().count() == length => Some(word),
-                None => None,
-            }
-        } else {
-            let count = word.chars().count();
-            if count < length {
-                return None;
-            }
-            let start = word
-                .char_indices()
-                .nth(count - length)
-                .map_or(word.len(), |(i, _)| i);
-            Some(&word[start..])
-        }
-    }
-
-    fn build(words: &TermMap, length: u32, prefix: bool) -> AffixTable {
-        let mut ids = HashMap::new();
-        for word in words.terms() {
-            if let Some(a) = Self::affix(word, length, prefix) {
-                let next = ids.len();
-                ids.entry(a.to_owned()).or_insert(next);
-            }
-        }
-        AffixTable { ids }
-    }
-}
-
 /// The vocabulary a slot reads.
 #[derive(Debug, Clone)]
 enum Lookup {
     None,
     Terms(Arc<TermMap>),
     Affix {
-        table: Arc<AffixTable>,
+        table: Arc<AffixMap>,
         length: u32,
         prefix: bool,
     },
@@ -138,12 +96,12 @@ impl Slot {
         let sentence = state.sentence();
         Some(match value {
             TokenValue::Lemma => match &self.lookup {
-                Lookup::Terms(map) => map.lookup(sentence.lemma(focus)).map_or(b, |id| id as i64),
+                Lookup::Terms(map) => state.lemma_id(map, focus).map_or(b, |id| id as i64),
                 _ => b,
             },
             TokenValue::Word | TokenValue::KnownWord => {
                 let id = match &self.lookup {
-                    Lookup::Terms(map) => map.lookup(sentence.form(focus)),
+                    Lookup::Terms(map) => state.word_id(map, focus),
                     _ => None,
                 };
                 match (id, value) {
@@ -185,9 +143,9 @@ impl Slot {
                     table,
                     length,
                     prefix,
-                } => AffixTable::affix(sentence.form(focus), *length, *prefix)
-                    .and_then(|a| table.ids.get(a))
-                    .map_or(b, |&id| id as i64),
+                } => AffixMap::affix(sentence.form(focus), *length, *prefix)
+                    .and_then(|a| table.id(a))
+                    .map_or(b, |id| id as i64),
                 _ => b,
             },
             TokenValue::PredTag | TokenValue::Focus | TokenValue::GoldHead => return None,
@@ -330,7 +288,6 @@ impl FixedChannel {
         let templates = parse_channel(&name, spec.fml(), spec.size)?;
         let mut words: Option<Arc<TermMap>> = None;
         let mut chars: Option<Arc<TermMap>> = None;
-        let mut affixes: HashMap<(u32, bool), Arc<AffixTable>> = HashMap::new();
         let mut slots = Vec::with_capacity(templates.len());
         for t in &templates {
             let feature = compile(&name, t)?;
@@ -371,18 +328,14 @@ impl FixedChannel {
                         TokenValue::Shape(c) => (c.cardinality(), specials, Lookup::None),
                         TokenValue::Prefix(n) | TokenValue::Suffix(n) => {
                             let prefix = matches!(value, TokenValue::Prefix(_));
-                            let table = affixes
-                                .entry((*n, prefix))
-                                .or_insert_with(|| {
-                                    Arc::new(AffixTable::build(&maps.words, *n, prefix))
-                                })
-                                .clone();
+                            let table = maps.words.affixes(*n, prefix);
+                            let size = table.len();
                             let lookup = Lookup::Affix {
-                                table: table.clone(),
+                                table,
                                 length: *n,
                                 prefix,
                             };
-                            (table.ids.len(), 1 + specials, lookup)
+                            (size, 1 + specials, lookup)
                         }
                         TokenValue::Focus | TokenValue::GoldHead => {
                             (NUMERIC_DOMAIN, 0, Lookup::None)

@@ -653,7 +653,8 @@ fn log_softmax_rows(values: &mut [f32], width: usize) {
     for row in values.chunks_mut(width.max(1)) {
         let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
         let max = if max.is_finite() { max } else { 0.0 };
-        let sum: f64 = row.iter().map(|&x| f64::from(x - max).exp()).sum();
+        // `f32` exponentials (each within an ulp of the `f64` one's rounding), summed in `f64`.
+        let sum: f64 = row.iter().map(|&x| f64::from((x - max).exp())).sum();
         let log = sum.ln() as f32;
         for x in row {
             *x = *x - max - log;

@@ -42,7 +42,7 @@ use std::sync::Arc;
 
 use crate::beam::{BeamFunctions, TransitionState};
 use crate::document::{DocumentError, Sentence};
-use crate::term_map::{TermMapError, TermMaps};
+use crate::term_map::{TermMap, TermMapError, TermMaps};
 
 /// Errors of transition systems and term maps.
 ///
@@ -124,7 +124,10 @@ pub enum TransitionError {
 /// ```
 pub const REGISTERED: [&str; 4] = ["shift-only", "tagger", "arc-standard", "once"];
 
-/// The gold annotations of a sentence, as ids of the term maps, shared by the states of it.
+/// The gold annotations of a sentence, as ids of the term maps, shared by the states of it;
+/// and the ids of its words and lemmas in the word and lemma maps (-1: not in the map),
+/// looked up once here instead of each time a feature reads a token (SyntaxNet keeps them in
+/// a sentence's workspaces for the same reason).
 #[derive(Debug)]
 struct Gold {
     heads: Vec<i32>,
@@ -132,6 +135,10 @@ struct Gold {
     tags: Vec<i32>,
     num_labels: usize,
     num_tags: usize,
+    words: Vec<i32>,
+    word_map: TermMap,
+    lemmas: Vec<i32>,
+    lemma_map: TermMap,
 }
 
 /// The state of one sentence under a transition system.
@@ -223,6 +230,14 @@ impl ParserState {
                 .collect(),
             num_labels: maps.labels.len(),
             num_tags: maps.tags.len(),
+            words: (0..n)
+                .map(|i| id(maps.words.lookup(sentence.form(i))))
+                .collect(),
+            word_map: maps.words.clone(),
+            lemmas: (0..n)
+                .map(|i| id(maps.lemmas.lookup(sentence.lemma(i))))
+                .collect(),
+            lemma_map: maps.lemmas.clone(),
         };
         ParserState {
             sentence,
@@ -605,6 +620,44 @@ impl ParserState {
     /// ```
     pub fn num_tags(&self) -> usize {
         self.gold.num_tags
+    }
+
+    /// The id of token `token`'s word form in `map`, looked up once when the state was
+    /// built if `map` is (a clone of) the word map it was built with, and now otherwise:
+    /// `None` when the form is not in the map.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use kiln_dragnn::{document::read_conllu, term_map::{TermMap, TermMaps, TermMapOptions}, transition::ParserState};
+    /// let doc = read_conllu("1\tev\tev\tX\t_\t_\t0\troot\t_\t_").unwrap();
+    /// let maps = TermMaps::build(&doc, &TermMapOptions::default());
+    /// let s = ParserState::new(Arc::new(doc[0].clone()), &maps);
+    /// assert_eq!(s.word_id(&maps.words, 0), Some(0));
+    /// assert_eq!(s.word_id(&TermMap::default(), 0), None); // another map: looked up there
+    /// ```
+    pub fn word_id(&self, map: &TermMap, token: usize) -> Option<usize> {
+        match self.gold.words.get(token) {
+            Some(&id) if map.is_shared_with(&self.gold.word_map) => usize::try_from(id).ok(),
+            _ => map.lookup(self.sentence.form(token)),
+        }
+    }
+
+    /// The id of token `token`'s lemma in `map`, as [`ParserState::word_id`] for the lemma
+    /// map.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use kiln_dragnn::{document::read_conllu, term_map::{TermMaps, TermMapOptions}, transition::ParserState};
+    /// let doc = read_conllu("1\tevler\tev\tX\t_\t_\t0\troot\t_\t_").unwrap();
+    /// let maps = TermMaps::build(&doc, &TermMapOptions::default());
+    /// let s = ParserState::new(Arc::new(doc[0].clone()), &maps);
+    /// assert_eq!(s.lemma_id(&maps.lemmas, 0), maps.lemmas.lookup("ev"));
+    /// ```
+    pub fn lemma_id(&self, map: &TermMap, token: usize) -> Option<usize> {
+        match self.gold.lemmas.get(token) {
+            Some(&id) if map.is_shared_with(&self.gold.lemma_map) => usize::try_from(id).ok(),
+            _ => map.lookup(self.sentence.lemma(token)),
+        }
     }
 
     /// The last action performed, or -1 before the first.
