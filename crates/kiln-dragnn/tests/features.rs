@@ -929,3 +929,50 @@ fn lemma_and_space_after() {
         ]
     );
 }
+
+/// A state looks its sentence's words and lemmas up once, in the maps it was built with;
+/// a channel built over other maps (equal terms, another object) looks them up itself. Both
+/// give the same ids at every state of a parse, for every word and lemma template, and a
+/// channel over maps with other terms gives that map's ids, not the state's.
+#[test]
+fn word_and_lemma_ids_do_not_depend_on_which_map_object_holds_the_terms() {
+    let sentences = doc();
+    let maps = maps_of(&sentences);
+    let copy = TermMaps {
+        words: kiln_dragnn::term_map::TermMap::from_text(&maps.words.to_text().unwrap(), 0, 0)
+            .unwrap(),
+        lemmas: kiln_dragnn::term_map::TermMap::from_text(&maps.lemmas.to_text().unwrap(), 0, 0)
+            .unwrap(),
+        ..maps.clone()
+    };
+    assert!(!copy.words.is_shared_with(&maps.words) && copy.words == maps.words);
+    let fml = "input.word input(1).word stack.word stack(1).word input.lemma stack.lemma stack.child(1).word input.known-word";
+    let shared = fixed(fml, &maps);
+    let other = fixed(fml, &copy);
+    // Maps of the first sentence alone: other ids, and unknown words.
+    let small = maps_of(&sentences[..1]);
+    let narrow = fixed(fml, &small);
+    let sys = create("arc-standard", NO_PARAMS).unwrap();
+    for s in &sentences {
+        let mut state = sys.initial_state(Arc::new(s.clone()), &maps);
+        let mut steps = 0;
+        loop {
+            assert_eq!(ids(shared.as_ref(), &state), ids(other.as_ref(), &state));
+            let own = sys.initial_state(Arc::new(s.clone()), &small);
+            if steps == 0 {
+                // Built with `small`, the state's cached ids are `small`'s: the same as
+                // what a `maps` state gives through the `small` channel.
+                assert_eq!(ids(narrow.as_ref(), &own), ids(narrow.as_ref(), &state));
+            }
+            if sys.is_final(&state) {
+                break;
+            }
+            let a = (0..sys.num_actions(&maps))
+                .find(|&a| sys.is_allowed(&state, a))
+                .expect("a non-final state allows an action");
+            sys.perform(&mut state, a).unwrap();
+            steps += 1;
+        }
+        assert!(steps > 0);
+    }
+}
