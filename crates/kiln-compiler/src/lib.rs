@@ -19,6 +19,7 @@ pub mod memory;
 pub mod plan;
 pub mod rewrite;
 pub mod target;
+pub mod text;
 
 pub use backend::{
     eval_prelude, run, run_with, Arg, Backend, GroupArg, GroupKernel, Launch, RunOptions,
