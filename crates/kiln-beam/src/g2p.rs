@@ -4,7 +4,7 @@
 //! read from its `checkpoint20.npz` and run with kiln as a [`Scorer`].
 //!
 //! Also the GRU layer shared with the cn2en and attention models ([`Gru`]). For speed
-//! (docs/performance.md, kiln-beam): g2p's input projections are precomputed per letter and
+//! (docs/performance-log.md, 2026-11-21, kiln-beam): g2p's input projections are precomputed per letter and
 //! phoneme at load, so a step gathers rows instead of multiplying, and the hidden GEMM of few
 //! rows runs with the weight on the left (small packing buffers).
 //!
@@ -264,7 +264,7 @@ impl G2p {
         let fc_w_t = take("fc_w", Some(&[np, h]))?.transpose();
         let fc_b = take("fc_b", Some(&[np]))?;
         // The input projections depend only on the id, and the vocabularies are tiny: one
-        // GEMM at load instead of one per step (measured in docs/performance.md, kiln-beam).
+        // GEMM at load instead of one per step (measured in docs/performance-log.md, 2026-11-21, kiln-beam).
         let enc_gates = enc.input_gates_table(&enc_emb)?;
         let dec_gates = dec.input_gates_table(&dec_emb)?;
         kiln::eval(&[&fc_w_t, &enc_gates, &dec_gates])?;

@@ -396,7 +396,7 @@ pub const HUGE_PAGE_MIN_BYTES: usize = 4 << 20;
 
 /// A fresh zeroed vector. Large ones are advised `MADV_HUGEPAGE` before their first touch: a
 /// kernel writing a fresh 64 MiB output then takes 32 page faults instead of 16,384, which is
-/// most of the cost of fresh memory (see `docs/performance.md`).
+/// most of the cost of fresh memory (see `docs/performance-log.md`, 2026-11-21).
 fn fresh(dtype: DType, len: usize) -> TypedVec {
     let v = TypedVec::zeros(dtype, len);
     advise_huge_pages(&v);

@@ -37,7 +37,7 @@
 //!   (no read-for-ownership of the destination, inputs left in cache); smaller outputs stay
 //!   in cache for whatever reads them next ([`set_stream_min_bytes`]).
 //! * **Fresh memory**: large fresh buffers are advised `MADV_HUGEPAGE` before first touch
-//!   (fresh 4 KiB page faults cost as much as the work; see `docs/performance.md`).
+//!   (fresh 4 KiB page faults cost as much as the work; see `docs/performance-log.md`, 2026-11-21).
 //!
 //! Every op has the semantics of `kiln-reference` (the oracle): integers wrap, division by
 //! zero is an error, `maximum`/`minimum` propagate NaN, casts follow `Scalar::cast`.

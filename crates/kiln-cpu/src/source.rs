@@ -84,7 +84,7 @@ pub const PREFETCH_MIN_BYTES: usize = 32 << 20;
 /// Short blocks keep several input streams advancing together; with one stream they only
 /// add per-block work (on Zen 4, 256-position blocks ran W1's four streams 1.23× faster,
 /// and one-stream W2 and W3 1.26× and 1.41× slower, when they applied to every hinted
-/// kernel; see `docs/performance.md`).
+/// kernel; see `docs/performance-log.md`, 2026-11-27).
 ///
 /// [`Tuning::stream_block`]: crate::Tuning::stream_block
 pub fn block_len(srcs: &[Src<'_>]) -> usize {

@@ -221,7 +221,7 @@ pub struct Tuning {
 /// 1 MiB), where no cap applies. Sizes proportional to the caches instead (half the Zen 4
 /// blocks) were no faster there: five alternating runs of `kiln-bench --only W4,W5,W7`,
 /// proportional ÷ capped time, sgemm 2048³ 1.02 [1.00–1.03] at AVX-512, everything else
-/// within 0.95–1.03 at AVX-512 and AVX2 (`docs/performance.md`).
+/// within 0.95–1.03 at AVX-512 and AVX2 (`docs/performance-log.md`, 2026-11-27).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CacheBlocks {
     /// The level-1 data cache the blocks were derived from, in bytes.
