@@ -1,6 +1,8 @@
 //! Tidy: every Rust source file of the workspace opens with a module doc (`//!`) saying what
 //! lives there, and every library or binary source file's doc says what it depends on
-//! ("Depends on ..."), so the code map stays true without anyone checking by hand.
+//! ("Depends on ..."), no crate has a cycle of module imports, and each crate depends only on
+//! the crates the "Layers" table of `docs/ARCHITECTURE.md` allows, so the code map stays true
+//! without anyone checking by hand.
 
 use std::path::{Path, PathBuf};
 
@@ -211,4 +213,109 @@ fn no_crate_has_a_cycle_of_module_imports() {
         "module import cycles:\n{}",
         cycles.join("\n")
     );
+}
+
+/// The crates' runtime dependencies on each other, from `cargo metadata`.
+fn workspace_dependencies(root: &Path) -> Vec<(String, Vec<String>)> {
+    let out = std::process::Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
+        .current_dir(root)
+        .output()
+        .expect("cargo metadata runs");
+    assert!(
+        out.status.success(),
+        "cargo metadata: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let packages = meta["packages"].as_array().unwrap();
+    let names: Vec<String> = packages
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_string())
+        .collect();
+    packages
+        .iter()
+        .map(|p| {
+            let deps = p["dependencies"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|d| d["kind"].is_null()) // normal, not dev or build
+                .map(|d| d["name"].as_str().unwrap().to_string())
+                .filter(|d| names.contains(d))
+                .collect();
+            (p["name"].as_str().unwrap().to_string(), deps)
+        })
+        .collect()
+}
+
+/// The "Layers" table of `docs/ARCHITECTURE.md`: each crate and the crates it may depend on.
+fn layers_of_the_map(root: &Path) -> Vec<(String, Vec<String>)> {
+    let map = std::fs::read_to_string(root.join("docs/ARCHITECTURE.md")).unwrap();
+    let section = map
+        .split("\n## ")
+        .find(|s| s.starts_with("Layers"))
+        .expect("docs/ARCHITECTURE.md has a \"## Layers\" section");
+    let ticked = |cell: &str| -> Vec<String> {
+        cell.split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_string)
+            .collect()
+    };
+    section
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .map(|l| {
+            let cells: Vec<&str> = l.split('|').collect();
+            let name = ticked(cells[1]).remove(0);
+            let allowed = if cells[2].contains("every crate above") {
+                Vec::new() // checked below: everything listed before it
+            } else {
+                ticked(cells[2])
+            };
+            (name, allowed)
+        })
+        .collect()
+}
+
+/// Every workspace crate has a row in the map's "Layers" table, and depends at run time only
+/// on the crates its row allows, so the map cannot drift from the manifests.
+#[test]
+fn crate_dependencies_follow_the_layers_of_the_map() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let layers = layers_of_the_map(&root);
+    let actual = workspace_dependencies(&root);
+    assert!(actual.len() >= 10, "found {} crates", actual.len());
+    let mut wrong = Vec::new();
+    for (name, deps) in &actual {
+        let Some(row) = layers.iter().position(|(n, _)| n == name) else {
+            wrong.push(format!(
+                "{name}: no row in the Layers table of docs/ARCHITECTURE.md"
+            ));
+            continue;
+        };
+        let allowed: Vec<String> = if layers[row].1.is_empty() && name == "kiln-benches" {
+            layers[..row]
+                .iter()
+                .map(|(n, _)| n.clone())
+                .filter(|n| n != "kiln-reference")
+                .collect()
+        } else {
+            layers[row].1.clone()
+        };
+        for d in deps {
+            if !allowed.contains(d) {
+                wrong.push(format!(
+                    "{name} depends on {d}, which its row of the Layers table does not allow"
+                ));
+            }
+        }
+    }
+    for (name, _) in &layers {
+        if !actual.iter().any(|(n, _)| n == name) {
+            wrong.push(format!("the Layers table names {name}, which is not a crate"));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
