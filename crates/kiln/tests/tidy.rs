@@ -218,7 +218,13 @@ fn no_crate_has_a_cycle_of_module_imports() {
 /// The crates' runtime dependencies on each other, from `cargo metadata`.
 fn workspace_dependencies(root: &Path) -> Vec<(String, Vec<String>)> {
     let out = std::process::Command::new(env!("CARGO"))
-        .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
         .current_dir(root)
         .output()
         .expect("cargo metadata runs");
@@ -314,7 +320,9 @@ fn crate_dependencies_follow_the_layers_of_the_map() {
     }
     for (name, _) in &layers {
         if !actual.iter().any(|(n, _)| n == name) {
-            wrong.push(format!("the Layers table names {name}, which is not a crate"));
+            wrong.push(format!(
+                "the Layers table names {name}, which is not a crate"
+            ));
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
