@@ -242,11 +242,15 @@ pub fn fuse_for(g: &Graph, n_scalars: u32, target: Target) -> Fused {
     // Pass B (cost): expensive subtrees with several users or under a broadcast.
     // Uses by reductions do not count: a reduction reads its operand once anyway, so
     // recomputing an expensive value in its prologue saves a write and a read of the array.
+    // A node reading the same value twice (`e + e`) is one use: its kernel computes the
+    // value once.
     let mut uses = vec![0u32; n];
     for node in &g.nodes {
         if !matches!(node.op, Op::Reduce { .. } | Op::ArgReduce { .. }) {
-            for &j in &node.inputs {
-                uses[j as usize] += 1;
+            for (k, &j) in node.inputs.iter().enumerate() {
+                if !node.inputs[..k].contains(&j) {
+                    uses[j as usize] += 1;
+                }
             }
         }
     }

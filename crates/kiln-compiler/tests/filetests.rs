@@ -233,6 +233,8 @@ fn cse_merges_equal_subtrees() {
     let y = bin(BinaryOp::Add, &un(UnaryOp::Exp, &a), &un(UnaryOp::Exp, &a));
     let c = compiled(&[&y], plain());
     assert_eq!(op_names(&c), ["param", "exp", "add"]);
+    // `e + e` reads `e` twice in one node: one use, so one kernel computes `e` once.
+    assert_eq!(kinds(&c), ["elementwise"]);
     check!("cse_merges_equal_subtrees", c);
 }
 
