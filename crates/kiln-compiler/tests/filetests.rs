@@ -552,9 +552,10 @@ fn fuse_repeated_output_is_written_once() {
 
 #[test]
 fn fuse_chain_of_reductions_recomputes_each_prologue() {
-    // `x = exp(x - sum(x))` four times: each reduction recomputes the chain before it in
-    // its prologue rather than read a stored `x` (quadratic in the chain's length; the
-    // policy in `fuse.rs` stores only expensive values read by several non-reductions).
+    // `x = exp(x - sum(x))` four times, for a target without side outputs: each reduction
+    // recomputes the chain before it in its prologue rather than read a stored `x`
+    // (quadratic in the chain's length; the policy in `fuse.rs` stores only expensive
+    // values read by several non-reductions). With side outputs, the next test, it is linear.
     let mut x = input(&[16, 16]);
     for _ in 0..4 {
         let s = sum(&x, &[1], true);
@@ -576,6 +577,33 @@ fn fuse_chain_of_reductions_recomputes_each_prologue() {
     let counts: Vec<usize> = c.plan.kernels.iter().map(exps).collect();
     assert_eq!(counts, [0, 1, 2, 3, 4]);
     check!("fuse_chain_of_reductions_recomputes_each_prologue", c);
+}
+
+#[test]
+fn fuse_chain_of_reductions_stores_side_outputs() {
+    // The same chain for the CPU's target: each reduction stores the `x` it folds as a side
+    // output, which the next kernel reads, so every kernel computes one `exp`.
+    let mut x = input(&[16, 16]);
+    for _ in 0..4 {
+        let s = sum(&x, &[1], true);
+        x = un(UnaryOp::Exp, &bin(BinaryOp::Sub, &x, &s));
+    }
+    let c = compiled(&[&x], cpu());
+    let exps: Vec<usize> = c
+        .plan
+        .kernels
+        .iter()
+        .map(|k| match &k.kind {
+            KernelKind::Reduce { program, .. } | KernelKind::Elementwise { program } => program
+                .insts
+                .iter()
+                .filter(|i| matches!(i.op, kiln_compiler::InstOp::Unary(UnaryOp::Exp, _)))
+                .count(),
+            _ => 0,
+        })
+        .collect();
+    assert_eq!(exps, [0, 1, 1, 1, 1]);
+    check!("fuse_chain_of_reductions_stores_side_outputs", c);
 }
 
 #[test]
