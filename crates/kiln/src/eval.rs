@@ -208,8 +208,10 @@ pub fn clear_cache() {
 }
 
 /// What evaluating `arrays` together would do, without running it: the kernels and what each
-/// fused, the allocations, peak bytes, bytes read and written, and DOT graphs before and after
-/// the compiler's passes (fused groups drawn as clusters).
+/// fused, the allocations, peak bytes, bytes read and written, DOT graphs before and after
+/// the compiler's passes (fused groups drawn as clusters), and the plan in the compiler's
+/// text form (`kiln_compiler::text`: every kernel with its inputs and fused program, the
+/// slots, buffers and row groups).
 #[derive(Clone, Debug)]
 pub struct Inspection {
     /// Kernel-level figures for the arrays' current sizes.
@@ -218,6 +220,8 @@ pub struct Inspection {
     pub dot_before: String,
     /// DOT of the graph after the passes.
     pub dot_after: String,
+    /// The plan, one line per kernel, input, instruction, slot and buffer.
+    pub plan: String,
 }
 
 /// Inspects the plan for `arrays` (compiling it if needed; evaluating nothing).
@@ -231,6 +235,7 @@ pub struct Inspection {
 /// let i = kiln::inspect(&[&y])?;
 /// assert_eq!(i.report.kernels.len(), 1);  // one fused pass
 /// assert_eq!(i.report.allocations, 1);    // the output
+/// assert!(i.plan.starts_with("k0 elementwise"), "{}", i.plan);
 /// assert!(!y.is_evaluated());
 /// # Ok::<(), kiln::Error>(())
 /// ```
@@ -241,6 +246,7 @@ pub fn inspect(arrays: &[&Array]) -> Result<Inspection> {
         report,
         dot_before: c.dot_before(),
         dot_after: c.dot_after(),
+        plan: c.plan.to_string(),
     })
 }
 
