@@ -17,9 +17,13 @@
 //! with the output after the product overwrote it, or an output dtype other than the
 //! product's, takes a scratch product buffer.
 //!
-//! Depends on the elementwise kernels' loops, `gemm` (the product's description), `small_gemm`, `crate::interp` (epilogues), `crate::source`, `crate::typed`, `crate::buffer`, `matrixmultiply` and kiln-compiler's plan types.
+//! Depends on the elementwise kernels' loops, `gemm` (the product's description and the tuning table), `small_gemm`, `crate::interp` (epilogues), `crate::source`, `crate::typed`, `crate::buffer`, `matrixmultiply` and kiln-compiler's plan types.
 
 use super::elementwise::{check_outputs, run_blocks, run_space};
+use super::gemm::tuning::{
+    BLOCKED_MIN_COLUMNS, BLOCKED_MIN_STEPS, PAR_GEMM_MACS, PAR_GEMM_ROWS, PAR_SMALL_WORK,
+    SMALL_ANY_MACS, SMALL_B_BYTES, SMALL_MACS, SMALL_ROWS, SMALL_ROWS_MAX_MACS, STORE_MACS,
+};
 use super::gemm::{Gemm, FEW_COLUMNS};
 use super::small_gemm::{self, Scale};
 use crate::buffer::{BufferPool, CpuBuffer};
@@ -691,33 +695,6 @@ gemm_float!(
 fn broadcast_everywhere() -> bool {
     crate::simd::isa() >= crate::simd::Isa::Avx512 && crate::tune::tuning().gemm_broadcast_avx512
 }
-
-/// Products with at most this many rows take [`small_gemm`] (up to [`SMALL_ROWS_MAX_MACS`]).
-const SMALL_ROWS: usize = 16;
-/// Bound on `m·k·n` for the few-row products (single-threaded there).
-const SMALL_ROWS_MAX_MACS: usize = 1 << 25;
-/// Products of any layout up to this `m·k·n` take [`small_gemm`].
-const SMALL_ANY_MACS: usize = 32 * 32 * 32;
-/// Products whose left operand has unit column stride take [`small_gemm`] up to this `m·k·n`.
-const SMALL_MACS: usize = 64 * 64 * 64;
-/// ... or, below [`PAR_GEMM_MACS`], when the right operand takes at most this many bytes
-/// (it stays in L1 across the passes over it).
-const SMALL_B_BYTES: usize = 32 << 10;
-/// Products of at least this many multiply-adds split their rows over the thread team
-/// (where waking a second thread starts to pay).
-const PAR_GEMM_MACS: usize = 1 << 21;
-/// Columns of the products [`Gemm::blocked`] admits at least.
-const BLOCKED_MIN_COLUMNS: usize = 128;
-/// Steps (`k`) of the products [`Gemm::blocked`] admits at least.
-const BLOCKED_MIN_STEPS: usize = 64;
-/// [`small_gemm`] products split their rows over the team from this much work
-/// ([`Gemm::parallel`]), about what waking a second thread costs; the MLP step's `relu`-masked
-/// hidden-layer gradient is above it.
-const PAR_SMALL_WORK: usize = 1 << 20;
-/// What one stored element costs in [`Gemm::parallel`]'s model, in multiply-adds.
-const STORE_MACS: usize = 16;
-/// Rows per parallel block at least.
-const PAR_GEMM_ROWS: usize = 32;
 
 impl Gemm {
     /// Whether the product goes to [`small_gemm`] rather than `matrixmultiply`: few rows

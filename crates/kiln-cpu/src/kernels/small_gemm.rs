@@ -48,8 +48,10 @@
 //! inside fixed-size arrays and slices, and the packed block's pointer walk; all compiled
 //! out under Miri (which runs the portable copies of every form, the blocked one included).
 //!
-//! Depends on `super::gemm` (the GEMM description) and `crate::tune` (the cache blocks).
+//! Depends on `super::gemm` (the GEMM description and its tuning table) and `crate::tune`
+//! (the cache blocks).
 
+use super::gemm::tuning::{A_BLOCK_BYTES, PACK_MIN_BYTES, PACK_ROWS, SCRATCH_KEEP};
 use super::gemm::{Gemm, FEW_COLUMNS};
 
 /// The float types the kernel handles.
@@ -76,9 +78,6 @@ pub(super) struct Scratch<T> {
     a: Vec<T>,
     part: Vec<T>,
 }
-
-/// Elements of each [`Scratch`] buffer kept after a product at most.
-const SCRATCH_KEEP: usize = 1 << 21;
 
 impl<T> Scratch<T> {
     fn trim(&mut self) {
@@ -1198,12 +1197,6 @@ impl Blocking {
     }
 }
 
-/// Bytes of the left operand's packed panels kept per block of steps at most: the rows
-/// are packed once per block of steps in groups this large and read by every block of
-/// columns (repacking 12 rows per block of columns was 6–8 % of a 2048³ product, the
-/// right operand's blocks being 608 columns wide).
-const A_BLOCK_BYTES: usize = 2 << 20;
-
 /// The blocked form for large products: the right operand is copied block by block
 /// (`kc × nc`, [`b_block_bytes`]: it stays in L2) into panels of `NR` columns
 /// ([`pack_panels`]), the left operand `MR` rows at a time into `kc × MR` panels
@@ -1360,15 +1353,6 @@ fn b_block_bytes() -> usize {
 fn kc_bytes() -> usize {
     crate::tune::tuning().blocks.gemm_kc_bytes
 }
-
-/// Products with at least this many rows copy each block of the right operand into panels
-/// ([`pack_panels`]) first when the block is larger than [`PACK_MIN_BYTES`]: every block of
-/// rows then reads it contiguously (in place, a 64-column slice of a row-major `b` touches a
-/// new page every row or two).
-const PACK_ROWS: usize = 128;
-/// Blocks of the right operand up to this size are read in place: they stay in L1 across
-/// the blocks of rows, and packing them cost more than it saved.
-const PACK_MIN_BYTES: usize = 32 << 10;
 
 /// Copies rows `p0..p0+kq`, columns `jc..jc+jn` of `b` into `out` as panels of `NR`
 /// columns: panel `s` holds columns `jc + s·NR ..` for each row in turn (`kq × NR`

@@ -1,17 +1,16 @@
 //! The GEMM problem descriptor both matrix-product modules read: [`Gemm`], one `m×k @ k×n`
-//! product over strided operands, with its bounds check, and the column count below which
-//! a product counts as narrow ([`FEW_COLUMNS`]). Which kernel takes a product is decided in
-//! [`super::matmul`]; the small and blocked kernels are in [`super::small_gemm`].
+//! product over strided operands, with its bounds check; and [`tuning`], the table of every
+//! constant of the GEMM kernels' choices.
+//! Which kernel takes a product is decided in [`super::matmul`]; the small and blocked
+//! kernels are in [`super::small_gemm`].
 //!
 //! Depends on [`crate::walk`] only.
 
+pub(crate) mod tuning;
+
 use crate::walk::Walk;
 
-/// Products with fewer columns than this (one AVX-512 vector of `f32`) take the small
-/// kernels ([`super::small_gemm`]'s transposed and dot-product forms) below `matmul`'s
-/// parallel threshold: `matrixmultiply` packs both operands and fills few of its register
-/// block's columns.
-pub(crate) const FEW_COLUMNS: usize = 16;
+pub(crate) use tuning::FEW_COLUMNS;
 
 /// One `m×k @ k×n` product; every element `aoff + i*rsa + p*csa` (`i < m`, `p < k`) lies in
 /// `a`, likewise for `b` (checked by `source::build` against the buffers), and `c` is the
