@@ -14,7 +14,7 @@
 //! * `walk` and `source`: strided iteration in runs, and kernel inputs as the kernels read them (buffers, in-place outputs, virtual `Iota`/`Random` sources), with the prefetch hints.
 //! * `interp` and `ops`: the blocked program interpreter and the elementwise ops over typed columns.
 //! * [`vmath`] and `simd`: vectorised math with documented error bounds, and run-time instruction-set selection ([`isa`]).
-//! * `kernels`: one module per kernel family: `elementwise`, `reduce`, `matmul` (with `gemm`, the product's description, and `small_gemm`, kiln's own GEMM forms), `gather` (`take`, `concat`, `top_k`), `scatter` (`scatter_add`) and `group` (row groups).
+//! * `kernels`: one module per kernel family: `elementwise`, `reduce`, `matmul` (with `gemm`: the product's description, which kernel takes it, kiln's own GEMM forms and their tuning table), `gather` (`take`, `concat`, `top_k`), `scatter` (`scatter_add`) and `group` (row groups).
 //! * `par` and `team`: the kernels' parallel loops on kiln's own thread team ([`Team`]).
 //! * `stream`: non-temporal stores for large outputs nothing reads back.
 //! * `tune`: what the backend knows of the machine ([`machine`]) and the tuning chosen from it ([`tuning`]).
@@ -72,7 +72,7 @@
 //! `kernels/matmul.rs` runs batched products over strided views without copying the operands; the product's description (`Gemm`) is `kernels/gemm.rs`, which both the choice of kernel and the kernels read.
 //! Which kernel takes a float product:
 //!
-//! * kiln's small forms (`kernels/small_gemm.rs`: unpacked register blocks, 4×64 f32 at AVX-512, one call per block of rows) take products with at most 16 rows (up to 2²⁵ multiply-adds), of at most 32³ multiply-adds, with fewer than 16 columns (below 2M multiply-adds), or, when the left operand's rows are contiguous, of at most 64³ multiply-adds or with a right operand of at most 32 KiB (below 2M multiply-adds).
+//! * kiln's small forms (`kernels/gemm/`: unpacked register blocks, 4×64 f32 at AVX-512, one call per block of rows) take products with at most 16 rows (up to 2²⁵ multiply-adds), of at most 32³ multiply-adds, with fewer than 16 columns (below 2M multiply-adds), or, when the left operand's rows are contiguous, of at most 64³ multiply-adds or with a right operand of at most 32 KiB (below 2M multiply-adds).
 //!   Where the vendor's tuning says so (`Tuning::gemm_broadcast_avx512`, AMD: the broadcast form measured faster than both others on Zen 4), they take every product at AVX-512 whose left operand has contiguous rows.
 //!   Products with fewer columns than a vector run transposed when the left operand is transposed, else as dot products over a packed copy of the right operand; right operands over 32 KiB are packed into panels from 128 rows.
 //! * kiln's blocked form (`gemm_blocked`) takes the others at AVX-512 from 128 columns and 64 steps (scaled ones only within one block of steps): the right operand packed per block for L2, the left operand's 12-row panels packed once per block of steps and kept for every block of columns, 12×32 register blocks, long sums continued block to block so that each element stays one ordered sum.
@@ -81,7 +81,7 @@
 //! Products of 2M multiply-adds or more (the small forms' from `m·n·(k+16)` ≥ 1M: their stores bound them) split their rows over the team, so one team serves every kernel and nested parallel work composes.
 //! Every element of kiln's forms is an ordered sum over the steps, so results do not depend on the block an element falls in.
 //! An epilogue's affine part `α·acc ± L` (a bias add `x @ w + b`, an SGD step `w - lr·(xᵀ @ g)`, a scaling) runs inside the GEMM as `C = α·A@B + β·L`; the rest (the `relu` of `relu(x @ w + b)`), or a whole epilogue that is not affine, runs over `C` in place.
-//! `L` is read in place by kiln's GEMM stores when its view has a unit column stride and evenly spaced rows (a broadcast bias, a contiguous array, columns of a wider one: `small_gemm::Addend`, `matmul::AddendRows`), else (and for `matrixmultiply`) copied into `C` first.
+//! `L` is read in place by kiln's GEMM stores when its view has a unit column stride and evenly spaced rows (a broadcast bias, a contiguous array, columns of a wider one: `gemm::Addend`, `matmul::AddendRows`), else (and for `matrixmultiply`) copied into `C` first.
 //! Prefill, product and epilogue run per block of output rows in the task that computes the block, so the epilogue reads rows still in that core's cache and needs no dispatch of its own.
 //!
 //! ## Other kernels

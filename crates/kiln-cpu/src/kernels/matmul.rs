@@ -1,7 +1,7 @@
 //! `KernelKind::MatMul`: batched `[.., m, k] @ [.., k, n]` over strided views (no copies:
 //! `matrixmultiply` takes arbitrary row/column strides, including 0 and negative), then the
 //! optional epilogue run elementwise over the product. Float products with few rows or few
-//! multiply-adds ([`Gemm::small`]) go to [`small_gemm`] instead, which never packs the
+//! multiply-adds ([`Gemm::small`]) go to [`gemm`] instead, which never packs the
 //! right operand into a fresh buffer (its rows split over the team only when the product's
 //! stores make it long, [`Gemm::parallel`]). An epilogue affine in the product
 //! (`α·acc ± L`: a bias add, an SGD step, a scaling; [`Affine`]) runs inside the GEMM
@@ -17,15 +17,11 @@
 //! with the output after the product overwrote it, or an output dtype other than the
 //! product's, takes a scratch product buffer.
 //!
-//! Depends on the elementwise kernels' loops, `gemm` (the product's description and the tuning table), `small_gemm`, `crate::interp` (epilogues), `crate::source`, `crate::typed`, `crate::buffer`, `matrixmultiply` and kiln-compiler's plan types.
+//! Depends on the elementwise kernels' loops, `gemm` (the product's description, which kernel takes it, and kiln's own GEMM), `crate::interp` (epilogues), `crate::source`, `crate::typed`, `crate::buffer`, `matrixmultiply` and kiln-compiler's plan types.
 
 use super::elementwise::{check_outputs, run_blocks, run_space};
-use super::gemm::tuning::{
-    BLOCKED_MIN_COLUMNS, BLOCKED_MIN_STEPS, PAR_GEMM_MACS, PAR_GEMM_ROWS, PAR_SMALL_WORK,
-    SMALL_ANY_MACS, SMALL_B_BYTES, SMALL_MACS, SMALL_ROWS, SMALL_ROWS_MAX_MACS, STORE_MACS,
-};
-use super::gemm::{Gemm, FEW_COLUMNS};
-use super::small_gemm::{self, Scale};
+use super::gemm::tuning::PAR_GEMM_ROWS;
+use super::gemm::{self, Gemm, Scale};
 use crate::buffer::{BufferPool, CpuBuffer};
 use crate::interp::Interp;
 use crate::ops::Int;
@@ -608,13 +604,13 @@ fn product(
     Ok(())
 }
 
-/// The float types of the GEMM paths: `matrixmultiply`'s packed product and [`small_gemm`].
+/// The float types of the GEMM paths: `matrixmultiply`'s packed product and [`gemm`].
 trait GemmFloat: Copy + Send + Sync + 'static {
     /// `c = α·a@b + β·L` (`L` is `sc.add` or `c`) for a product too large for
-    /// [`small_gemm`]'s small forms: its blocked form where [`Gemm::blocked`], else
+    /// [`gemm`]'s small forms: its blocked form where [`Gemm::blocked`], else
     /// `matrixmultiply` (over `c` first filled from `sc.add`, if given).
     fn packed(g: &Gemm, a: &[Self], b: &[Self], c: &mut [Self], sc: Scale<'_, Self>);
-    /// `c = α·a@b + β·L` through [`small_gemm`] (`k > 0`; `L` read only when `β != 0`).
+    /// `c = α·a@b + β·L` through [`gemm`] (`k > 0`; `L` read only when `β != 0`).
     fn small(g: &Gemm, a: &[Self], b: &[Self], c: &mut [Self], sc: Scale<'_, Self>);
     fn typed(c: &mut [Self]) -> TSliceMut<'_>;
     /// The data, if of this type.
@@ -625,7 +621,7 @@ trait GemmFloat: Copy + Send + Sync + 'static {
 
 /// `c`'s rows (`n` long) filled from the addend, for the products that read their `β·L`
 /// from `c` (`matrixmultiply`'s contract).
-fn fill_from<T: Copy>(c: &mut [T], n: usize, add: small_gemm::Addend<'_, T>) {
+fn fill_from<T: Copy>(c: &mut [T], n: usize, add: gemm::Addend<'_, T>) {
     for (i, row) in c.chunks_exact_mut(n).enumerate() {
         let s = (add.off + i as isize * add.rs) as usize;
         row.copy_from_slice(&add.data[s..s + n]);
@@ -674,8 +670,8 @@ macro_rules! gemm_float {
 gemm_float!(
     f32,
     4,
-    small_gemm::sgemm,
-    small_gemm::sgemm_large,
+    gemm::sgemm,
+    gemm::sgemm_large,
     packed_sgemm_into,
     F32,
     |x| x as f32
@@ -683,58 +679,16 @@ gemm_float!(
 gemm_float!(
     f64,
     8,
-    small_gemm::dgemm,
-    small_gemm::dgemm_large,
+    gemm::dgemm,
+    gemm::dgemm_large,
     packed_dgemm_into,
     F64,
     |x| x
 );
 
-/// Whether [`crate::Tuning::gemm_broadcast_avx512`] sends every product with contiguous
-/// rows of `a` to [`small_gemm`] at this level.
-fn broadcast_everywhere() -> bool {
-    crate::simd::isa() >= crate::simd::Isa::Avx512 && crate::tune::tuning().gemm_broadcast_avx512
-}
-
 impl Gemm {
-    /// Whether the product goes to [`small_gemm`] rather than `matrixmultiply`: few rows
-    /// (where `matrixmultiply` packs the whole right operand into a fresh buffer for a few
-    /// passes over it), a tiny product, or — when the rows of `a` are contiguous, so the
-    /// kernel reads them in place — a small product or a right operand that stays in L1.
-    /// A transposed `a` stays on `matrixmultiply`, whose packing reads it in panels: the
-    /// small kernel copies it four rows at a time with a stride of `m`, unless the product
-    /// has few columns ([`FEW_COLUMNS`]), which the small kernel computes transposed or as dot
-    /// products. From [`PAR_GEMM_MACS`] `matrixmultiply`'s row blocks run on all cores.
-    /// Each bound was measured against `matrixmultiply` (docs/performance.md, "Figures behind
-    /// the CPU kernels' choices"). `elem` is the size of an element in bytes.
-    pub(super) fn small(&self, elem: usize) -> bool {
-        let macs = self.m.saturating_mul(self.k).saturating_mul(self.n);
-        let b_bytes = self.k.saturating_mul(self.n).saturating_mul(elem);
-        (self.m <= SMALL_ROWS && macs <= SMALL_ROWS_MAX_MACS)
-            || (self.csa == 1 && broadcast_everywhere())
-            || macs <= SMALL_ANY_MACS
-            || (self.n < FEW_COLUMNS && macs < PAR_GEMM_MACS)
-            || (self.csa == 1
-                && (macs <= SMALL_MACS || (b_bytes <= SMALL_B_BYTES && macs < PAR_GEMM_MACS)))
-    }
-
-    /// Whether a product that is not [`Self::small`] takes [`small_gemm`]'s blocked form
-    /// (packed 12×32 register blocks) rather than `matrixmultiply`: at the AVX-512 level, with
-    /// at least [`BLOCKED_MIN_COLUMNS`] columns and [`BLOCKED_MIN_STEPS`] steps, and, for a
-    /// scaled product (`coefs` other than `(1, 0)`: an epilogue run inside the GEMM), few
-    /// enough steps for one block ([`small_gemm::scaled_in_one_block`]). Above those bounds
-    /// the blocked form was faster than `matrixmultiply` on every shape measured, below them
-    /// slower (a 32-column register block fills a few columns badly); the figures are in
-    /// docs/performance.md, "Figures behind the CPU kernels' choices".
-    fn blocked(&self, elem: usize, coefs: (f64, f64)) -> bool {
-        crate::simd::isa() >= crate::simd::Isa::Avx512
-            && self.n >= BLOCKED_MIN_COLUMNS
-            && self.k >= BLOCKED_MIN_STEPS
-            && (coefs == (1.0, 0.0) || small_gemm::scaled_in_one_block(self.k, elem))
-    }
-
     /// The float product into `c` (position `base` of the output onwards), with `around`'s
-    /// work on each block of rows: [`small_gemm`] in one block for small products, else
+    /// work on each block of rows: [`gemm`] in one block for small products, else
     /// `matrixmultiply` over blocks of rows ([`Self::split_rows`]).
     fn float_blocks<T: GemmFloat>(
         &self,
@@ -758,7 +712,7 @@ impl Gemm {
             let sc = Scale {
                 alpha: T::coef(alpha),
                 beta: T::coef(beta),
-                add: addend.map(|(data, r)| small_gemm::Addend {
+                add: addend.map(|(data, r)| gemm::Addend {
                     data,
                     off: r.off + (start / self.n) as isize * r.rs,
                     rs: r.rs,
@@ -775,19 +729,6 @@ impl Gemm {
             }
         };
         self.split_rows(c, self.parallel(small), block)
-    }
-
-    /// Whether the product is worth splitting over the team: from [`PAR_GEMM_MACS`]
-    /// multiply-adds, or for [`small_gemm`]'s forms from [`PAR_SMALL_WORK`] of their cost
-    /// model, which counts each stored element as [`STORE_MACS`] multiply-adds (their short
-    /// products are bound by the stores and the dot products' lane sums, not the FMAs).
-    fn parallel(&self, small: bool) -> bool {
-        let (m, k, n) = (self.m, self.k, self.n);
-        if small {
-            m.saturating_mul(n).saturating_mul(k + STORE_MACS) >= PAR_SMALL_WORK
-        } else {
-            m.saturating_mul(k).saturating_mul(n) >= PAR_GEMM_MACS
-        }
     }
 
     /// Runs `f` on blocks of rows of the product (a sub-`Gemm`, its first row and its rows
@@ -1007,7 +948,7 @@ pub(in crate::kernels) mod tests {
             for (x, y) in c.iter().zip(&want) {
                 assert!((x - y).abs() < 1e-12, "{x} vs {y}");
             }
-            // These shapes take `small_gemm`; `matrixmultiply` directly too.
+            // These shapes take `gemm`; `matrixmultiply` directly too.
             assert!(g.small(8));
             let mut c = vec![f64::NAN; g.m * g.n];
             g.packed_dgemm_into(&a, &b, &mut c, 1.0, 0.0);

@@ -10,4 +10,3 @@ pub mod group;
 pub mod matmul;
 pub mod reduce;
 pub mod scatter;
-mod small_gemm;

@@ -46,7 +46,7 @@ pub(crate) const STORE_MACS: usize = 16;
 /// than they save.
 pub(crate) const PAR_GEMM_ROWS: usize = 32;
 
-// The small kernels and the blocked form (`super::super::small_gemm`).
+// The small kernels and the blocked form (`super::broadcast`, `super::blocked`).
 
 /// Elements of each per-thread packing buffer kept after a product at most: a fresh
 /// megabyte per product cost its page faults each time, and more than this would hold memory
