@@ -5,7 +5,7 @@
 
 use crate::compile::Compiled;
 use crate::memory::peak_bytes;
-use crate::plan::{KernelKind, Source};
+use crate::plan::Source;
 use kiln_ir::{resolve_shape, Bindings};
 
 /// One kernel of a plan, as the inspector sees it.
@@ -71,17 +71,7 @@ pub fn report(compiled: &Compiled, bindings: &Bindings) -> Report {
     }
     let mut kernels = Vec::new();
     for (k, kernel) in plan.kernels.iter().enumerate() {
-        let kind = match &kernel.kind {
-            KernelKind::Elementwise { .. } => "elementwise",
-            KernelKind::Reduce { .. } => "reduce",
-            KernelKind::ArgReduce { .. } => "argreduce",
-            KernelKind::MatMul { epilogue: None } => "matmul",
-            KernelKind::MatMul { epilogue: Some(_) } => "matmul+epilogue",
-            KernelKind::Take { .. } => "take",
-            KernelKind::ScatterAdd { .. } => "scatter_add",
-            KernelKind::TopK { .. } => "top_k",
-            KernelKind::Concat { .. } => "concat",
-        };
+        let kind = kernel.kind.name();
         let bytes_read = kernel
             .inputs
             .iter()

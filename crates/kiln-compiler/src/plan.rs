@@ -378,6 +378,29 @@ pub enum KernelKind {
     },
 }
 
+impl KernelKind {
+    /// The kind's name: `"elementwise"`, `"reduce"`, `"argreduce"`, `"matmul"`,
+    /// `"matmul+epilogue"`, `"take"`, `"scatter_add"`, `"top_k"` or `"concat"` (the inspector's
+    /// [`crate::KernelReport::kind`]).
+    ///
+    /// ```
+    /// assert_eq!(kiln_compiler::KernelKind::MatMul { epilogue: None }.name(), "matmul");
+    /// ```
+    pub fn name(&self) -> &'static str {
+        match self {
+            KernelKind::Elementwise { .. } => "elementwise",
+            KernelKind::Reduce { .. } => "reduce",
+            KernelKind::ArgReduce { .. } => "argreduce",
+            KernelKind::MatMul { epilogue: None } => "matmul",
+            KernelKind::MatMul { epilogue: Some(_) } => "matmul+epilogue",
+            KernelKind::Take { .. } => "take",
+            KernelKind::ScatterAdd { .. } => "scatter_add",
+            KernelKind::TopK { .. } => "top_k",
+            KernelKind::Concat { .. } => "concat",
+        }
+    }
+}
+
 /// One step of a plan.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Kernel {
