@@ -11,8 +11,13 @@
 //! `kiln_ir::scalar_ops`, the oracle's own definitions) and `tracing`.
 
 use crate::plan::RowGroup;
-use crate::plan::{InstOp, Kernel, OutputRef, Plan, Program, Source, Strided};
-use kiln_ir::{resolve_shape, Bindings, DType, DeviceData, HostData, Result, Scalar, Shape, Value};
+use crate::plan::{
+    BufferId, InstOp, Kernel, KernelId, OutputRef, Plan, Program, RegId, SlotId, Source, Strided,
+};
+use kiln_ir::{
+    resolve_shape, Bindings, DType, DeviceData, HostData, Id, IdVec, ParamId, Result, Scalar,
+    Shape, Value,
+};
 use smallvec::SmallVec;
 
 /// How a kernel reads one input.
@@ -181,46 +186,40 @@ pub trait Backend: Send + Sync {
 /// `table`.
 ///
 /// ```
-/// use kiln_compiler::{Inst, InstOp, Program};
-/// use kiln_ir::{BinaryOp, DType, Scalar};
-/// let p = Program {
-///     insts: vec![
-///         Inst { op: InstOp::Scalar(0), dtype: DType::F64 },
-///         Inst { op: InstOp::Scalar(1), dtype: DType::F64 },
-///         Inst { op: InstOp::Binary(BinaryOp::Mul, 0, 1), dtype: DType::F64 },
-///     ],
-///     results: [2].into_iter().collect(),
-/// };
+/// use kiln_compiler::{Inst, InstOp, Program, RegId};
+/// use kiln_ir::{BinaryOp, DType, Id, IdVec, Scalar};
+/// let mut insts = IdVec::new();
+/// let a = insts.push(Inst { op: InstOp::Scalar(0), dtype: DType::F64 });
+/// let b = insts.push(Inst { op: InstOp::Scalar(1), dtype: DType::F64 });
+/// let c = insts.push(Inst { op: InstOp::Binary(BinaryOp::Mul, a, b), dtype: DType::F64 });
+/// let p = Program { insts, results: [c].into_iter().collect() };
 /// let mut table = vec![Scalar::Float(0.5), Scalar::Float(4.0)];
 /// kiln_compiler::eval_prelude(&p, &mut table).unwrap();
 /// assert_eq!(table[2], Scalar::Float(2.0));
 /// ```
 pub fn eval_prelude(prelude: &Program, table: &mut Vec<Scalar>) -> Result<()> {
-    let mut vals: Vec<Scalar> = Vec::with_capacity(prelude.insts.len());
-    for inst in &prelude.insts {
-        let ty = |i: u32| prelude.insts[i as usize].dtype;
+    let mut vals: IdVec<RegId, Scalar> = IdVec::with_capacity(prelude.insts.len());
+    for inst in prelude.insts.values() {
+        let ty = |i: RegId| prelude.insts[i].dtype;
         let v = match inst.op {
             InstOp::Scalar(i) => table[i as usize].cast(inst.dtype),
-            InstOp::Unary(op, x) => {
-                kiln_ir::scalar_ops::unary(op, ty(x), vals[x as usize]).cast(inst.dtype)
-            }
+            InstOp::Unary(op, x) => kiln_ir::scalar_ops::unary(op, ty(x), vals[x]).cast(inst.dtype),
             InstOp::Binary(op, a, b) => {
-                kiln_ir::scalar_ops::binary(op, ty(a), vals[a as usize], vals[b as usize])?
-                    .cast(inst.dtype)
+                kiln_ir::scalar_ops::binary(op, ty(a), vals[a], vals[b])?.cast(inst.dtype)
             }
             InstOp::Where(c, a, b) => {
-                if vals[c as usize].as_bool() {
-                    vals[a as usize]
+                if vals[c].as_bool() {
+                    vals[a]
                 } else {
-                    vals[b as usize]
+                    vals[b]
                 }
             }
-            InstOp::Cast(x) => vals[x as usize].cast(inst.dtype),
+            InstOp::Cast(x) => vals[x].cast(inst.dtype),
             InstOp::Load(_) | InstOp::Acc => unreachable!("the prelude reads only scalars"),
         };
         vals.push(v);
     }
-    table.extend(prelude.results.iter().map(|&r| vals[r as usize]));
+    table.extend(prelude.results.iter().map(|&r| vals[r]));
     Ok(())
 }
 
@@ -247,8 +246,8 @@ pub fn eval_prelude(prelude: &Program, table: &mut Vec<Scalar>) -> Result<()> {
 ///     }
 /// }
 /// use kiln_compiler::{run, OutputRef, Plan};
-/// let plan = Plan { outputs: vec![OutputRef::Param(0)], ..Plan::default() };
-/// let b = kiln_ir::Bindings { params: vec![HostData::from(vec![1.0f32, 2.0]).into()], ..Default::default() };
+/// let plan = Plan { outputs: vec![OutputRef::Param(kiln_ir::Id::new(0))], ..Plan::default() };
+/// let b = kiln_ir::Bindings { params: vec![HostData::from(vec![1.0f32, 2.0]).into()].into(), ..Default::default() };
 /// assert_eq!(run(&Host, &plan, &b).unwrap()[0].len(), 2);
 /// ```
 pub fn run<B: Backend>(backend: &B, plan: &Plan, bindings: &Bindings) -> Result<Vec<HostData>> {
@@ -354,8 +353,8 @@ fn bind<'a, B: Backend>(
 /// #     fn launch(&self, _: &Kernel, _: &Launch<'_>, _: &[Arg<'_, HostData>], _: &mut [HostData]) -> Result<()> { unimplemented!() }
 /// # }
 /// use kiln_compiler::{run_with, OutputRef, Plan, RunOptions};
-/// let plan = Plan { outputs: vec![OutputRef::Param(0)], ..Plan::default() };
-/// let b = kiln_ir::Bindings { params: vec![HostData::from(vec![1.0f32]).into()], ..Default::default() };
+/// let plan = Plan { outputs: vec![OutputRef::Param(kiln_ir::Id::new(0))], ..Plan::default() };
+/// let b = kiln_ir::Bindings { params: vec![HostData::from(vec![1.0f32]).into()].into(), ..Default::default() };
 /// let out = run_with(&Host, &plan, &b, RunOptions { keep: true, strict: true, ..Default::default() })?;
 /// assert!(out[0].host().is_some()); // this backend keeps nothing on a device
 /// # Ok::<(), kiln_ir::Error>(())
@@ -386,18 +385,18 @@ pub fn run_with<B: Backend>(
     );
     let out = result.and_then(|()| {
         let mut out: Vec<Value> = Vec::with_capacity(plan.outputs.len());
-        let mut done: SmallVec<[(u32, usize); 4]> = SmallVec::new();
+        let mut done: SmallVec<[(SlotId, usize); 4]> = SmallVec::new();
         for o in &plan.outputs {
             match o {
-                OutputRef::Param(p) => out.push(bindings.params[*p as usize].clone()),
+                OutputRef::Param(p) => out.push(bindings.params[*p].clone()),
                 OutputRef::Slot(s) => {
                     if let Some(&(_, k)) = done.iter().find(|(d, _)| d == s) {
                         let v = out[k].clone();
                         out.push(v);
                         continue;
                     }
-                    let slot = &plan.slots[*s as usize];
-                    let b = bufs[slot.buffer as usize]
+                    let slot = &plan.slots[*s];
+                    let b = bufs[slot.buffer.index()]
                         .take()
                         .expect("output buffer was written");
                     let len = resolve_shape(&slot.shape, dims).numel();
@@ -433,8 +432,8 @@ fn donated<B: Backend>(
     options: RunOptions<'_>,
     donation: &crate::plan::Donation,
 ) -> Option<B::Buffer> {
-    let d = bindings.params.get(donation.param as usize)?.device()?;
-    let desc = &plan.buffers[donation.buffer as usize];
+    let d = bindings.params.get(donation.param)?.device()?;
+    let desc = &plan.buffers[donation.buffer];
     let len = desc
         .slots
         .iter()
@@ -466,12 +465,12 @@ fn run_kernels<'a, B: Backend>(
     let mut groups = plan.groups.iter().peekable();
     let mut donations = plan.donations.iter().peekable();
     // Per parameter: the output of the current kernel it is read through (a donation).
-    let mut through: SmallVec<[(u32, usize); 2]> = SmallVec::new();
-    let mut ki = 0;
-    while ki < plan.kernels.len() {
+    let mut through: SmallVec<[(ParamId, usize); 2]> = SmallVec::new();
+    let mut ki = KernelId::new(0);
+    while ki.index() < plan.kernels.len() {
         if let Some(g) = groups.next_if(|g| g.start == ki) {
             run_group(backend, plan, bindings, scalars, strict, params, bufs, g)?;
-            for k in g.start..g.end {
+            for k in g.kernels() {
                 release_dead(backend, plan, bufs, k);
             }
             ki = g.end;
@@ -479,10 +478,10 @@ fn run_kernels<'a, B: Backend>(
         }
         let kernel = &plan.kernels[ki];
         // Upload the parameters this kernel reads.
-        for input in &kernel.inputs {
+        for input in kernel.inputs.values() {
             if let Source::Param(p) = input.source {
-                if params[p as usize].is_none() {
-                    params[p as usize] = Some(bind(backend, &bindings.params[p as usize], strict)?);
+                if params[p.index()].is_none() {
+                    params[p.index()] = Some(bind(backend, &bindings.params[p], strict)?);
                 }
             }
         }
@@ -490,25 +489,25 @@ fn run_kernels<'a, B: Backend>(
         // binding above: the donated value no longer binds).
         through.clear();
         if !options.donate.is_empty() {
-            while let Some(d) = donations.next_if(|d| d.kernel as usize <= ki) {
-                if d.kernel as usize == ki && bufs[d.buffer as usize].is_none() {
+            while let Some(d) = donations.next_if(|d| d.kernel <= ki) {
+                if d.kernel == ki && bufs[d.buffer.index()].is_none() {
                     if let Some(buf) = donated(backend, plan, bindings, options, d) {
-                        bufs[d.buffer as usize] = Some(buf);
-                        through.push((d.param, d.output as usize));
+                        bufs[d.buffer.index()] = Some(buf);
+                        through.push((d.param, d.output));
                     }
                 }
             }
         }
         // Take (or allocate) the output buffers.
-        let out_bufs: SmallVec<[u32; 2]> = kernel
+        let out_bufs: SmallVec<[BufferId; 2]> = kernel
             .outputs
             .iter()
-            .map(|&s| plan.slots[s as usize].buffer)
+            .map(|&s| plan.slots[s].buffer)
             .collect();
         let mut outs: SmallVec<[B::Buffer; 2]> = SmallVec::with_capacity(out_bufs.len());
         for &b in &out_bufs {
-            let desc = &plan.buffers[b as usize];
-            let buf = match bufs[b as usize].take() {
+            let desc = &plan.buffers[b];
+            let buf = match bufs[b.index()].take() {
                 Some(buf) => buf,
                 None => {
                     let len = desc
@@ -522,7 +521,11 @@ fn run_kernels<'a, B: Backend>(
             };
             outs.push(buf);
         }
-        let views: Vec<Strided> = kernel.inputs.iter().map(|i| i.view.resolve(dims)).collect();
+        let views: Vec<Strided> = kernel
+            .inputs
+            .values()
+            .map(|i| i.view.resolve(dims))
+            .collect();
         let launch = Launch {
             space: resolve_shape(&kernel.space, dims),
             views,
@@ -534,20 +537,18 @@ fn run_kernels<'a, B: Backend>(
         let result = {
             let args: SmallVec<[Arg<'_, B::Buffer>; 4]> = kernel
                 .inputs
-                .iter()
+                .values()
                 .map(|i| match i.source {
                     Source::Param(p) => match through.iter().find(|(q, _)| *q == p) {
                         Some(&(_, j)) => Arg::Output(j),
-                        None => {
-                            Arg::Buffer(params[p as usize].as_ref().expect("bound above").get())
-                        }
+                        None => Arg::Buffer(params[p.index()].as_ref().expect("bound above").get()),
                     },
                     Source::Slot(s) => {
-                        let b = plan.slots[s as usize].buffer;
+                        let b = plan.slots[s].buffer;
                         match out_bufs.iter().position(|&o| o == b) {
                             Some(j) => Arg::Output(j),
                             None => Arg::Buffer(
-                                bufs[b as usize]
+                                bufs[b.index()]
                                     .as_ref()
                                     .expect("slot written by an earlier kernel"),
                             ),
@@ -559,19 +560,24 @@ fn run_kernels<'a, B: Backend>(
             backend.launch(kernel, &launch, &args, &mut outs)
         };
         for (&b, buf) in out_bufs.iter().zip(outs) {
-            bufs[b as usize] = Some(buf);
+            bufs[b.index()] = Some(buf);
         }
         result?;
         release_dead(backend, plan, bufs, ki);
-        ki += 1;
+        ki = KernelId::new(ki.index() + 1);
     }
     Ok(())
 }
 
 /// Releases the buffers whose last reader was kernel `ki`.
-fn release_dead<B: Backend>(backend: &B, plan: &Plan, bufs: &mut [Option<B::Buffer>], ki: usize) {
+fn release_dead<B: Backend>(
+    backend: &B,
+    plan: &Plan,
+    bufs: &mut [Option<B::Buffer>],
+    ki: KernelId,
+) {
     for &b in plan.releases.get(ki).into_iter().flatten() {
-        if let Some(buf) = bufs[b as usize].take() {
+        if let Some(buf) = bufs[b.index()].take() {
             backend.release(buf);
         }
     }
@@ -590,20 +596,20 @@ fn run_group<'a, B: Backend>(
     g: &RowGroup,
 ) -> Result<()> {
     let dims = &bindings.dims;
-    let kernels = &plan.kernels[g.start..g.end];
+    let kernels: SmallVec<[&Kernel; 8]> = g.kernels().map(|k| &plan.kernels[k]).collect();
     // The buffers the group writes, in first-write order, with their written lengths.
-    let mut owned: Vec<u32> = Vec::new();
+    let mut owned: Vec<BufferId> = Vec::new();
     let mut lens: Vec<usize> = Vec::new();
-    for kernel in kernels {
-        for input in &kernel.inputs {
+    for kernel in &kernels {
+        for input in kernel.inputs.values() {
             if let Source::Param(p) = input.source {
-                if params[p as usize].is_none() {
-                    params[p as usize] = Some(bind(backend, &bindings.params[p as usize], strict)?);
+                if params[p.index()].is_none() {
+                    params[p.index()] = Some(bind(backend, &bindings.params[p], strict)?);
                 }
             }
         }
         for &s in &kernel.outputs {
-            let b = plan.slots[s as usize].buffer;
+            let b = plan.slots[s].buffer;
             let len = plan.slot_shape(s, dims).numel();
             match owned.iter().position(|&o| o == b) {
                 Some(i) => lens[i] = lens[i].max(len),
@@ -616,10 +622,10 @@ fn run_group<'a, B: Backend>(
     }
     let mut taken: Vec<B::Buffer> = Vec::with_capacity(owned.len());
     for &b in &owned {
-        let buf = match bufs[b as usize].take() {
+        let buf = match bufs[b.index()].take() {
             Some(buf) => Ok(buf),
             None => {
-                let desc = &plan.buffers[b as usize];
+                let desc = &plan.buffers[b];
                 let len = desc
                     .slots
                     .iter()
@@ -633,7 +639,7 @@ fn run_group<'a, B: Backend>(
             Ok(buf) => taken.push(buf),
             Err(e) => {
                 for (&b, buf) in owned.iter().zip(taken) {
-                    bufs[b as usize] = Some(buf);
+                    bufs[b.index()] = Some(buf);
                 }
                 return Err(e);
             }
@@ -647,7 +653,11 @@ fn run_group<'a, B: Backend>(
                 kernel,
                 launch: Launch {
                     space: resolve_shape(&kernel.space, dims),
-                    views: kernel.inputs.iter().map(|i| i.view.resolve(dims)).collect(),
+                    views: kernel
+                        .inputs
+                        .values()
+                        .map(|i| i.view.resolve(dims))
+                        .collect(),
                     scalars,
                     seeds: &bindings.seeds,
                     dims,
@@ -655,17 +665,17 @@ fn run_group<'a, B: Backend>(
                 },
                 inputs: kernel
                     .inputs
-                    .iter()
+                    .values()
                     .map(|i| match i.source {
-                        Source::Param(p) => GroupArg::Buffer(
-                            params[p as usize].as_ref().expect("bound above").get(),
-                        ),
+                        Source::Param(p) => {
+                            GroupArg::Buffer(params[p.index()].as_ref().expect("bound above").get())
+                        }
                         Source::Slot(s) => {
-                            let b = plan.slots[s as usize].buffer;
+                            let b = plan.slots[s].buffer;
                             match owned.iter().position(|&o| o == b) {
                                 Some(i) => GroupArg::Group(i),
                                 None => GroupArg::Buffer(
-                                    bufs[b as usize]
+                                    bufs[b.index()]
                                         .as_ref()
                                         .expect("slot written by an earlier kernel"),
                                 ),
@@ -678,7 +688,7 @@ fn run_group<'a, B: Backend>(
                     .outputs
                     .iter()
                     .map(|&s| {
-                        let b = plan.slots[s as usize].buffer;
+                        let b = plan.slots[s].buffer;
                         owned.iter().position(|&o| o == b).expect("listed above")
                     })
                     .collect(),
@@ -691,7 +701,7 @@ fn run_group<'a, B: Backend>(
         backend.launch_group(rows, &launches, &mut taken, &lens)
     };
     for (&b, buf) in owned.iter().zip(taken) {
-        bufs[b as usize] = Some(buf);
+        bufs[b.index()] = Some(buf);
     }
     result
 }

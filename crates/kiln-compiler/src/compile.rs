@@ -1,13 +1,13 @@
-//! The compile pipeline: [`LazyExpr`] → working graph → rewrites → (verifier) → fusion →
-//! row groups → memory plan → [`Compiled`]. Depends on every other module of the crate.
+//! The compile pipeline: the [`LazyExpr`]'s graph → rewrites → fusion → row groups → memory
+//! plan → [`Compiled`], the verifier after each pass in debug builds. Depends on every other
+//! module of the crate.
 
 use crate::fuse;
-use crate::graph::Graph;
 use crate::memory;
-use crate::plan::Plan;
+use crate::plan::{KernelId, Plan};
 use crate::rewrite;
 use crate::target::Target;
-use kiln_ir::{LazyExpr, Result};
+use kiln_ir::{Graph, Id, IdVec, LazyExpr, NodeId, Result};
 
 /// A compiled graph: the plan, plus what the inspector needs to draw it.
 #[derive(Clone, Debug)]
@@ -19,7 +19,7 @@ pub struct Compiled {
     /// The graph after the passes.
     pub graph: Graph,
     /// For each node of `graph`, the kernel computing it.
-    pub cluster: Vec<Option<usize>>,
+    pub cluster: IdVec<NodeId, Option<KernelId>>,
 }
 
 impl Compiled {
@@ -33,7 +33,7 @@ impl Compiled {
     /// assert!(c.dot_before().contains("exp"));
     /// ```
     pub fn dot_before(&self) -> String {
-        self.source.to_dot(&[])
+        self.source.to_dot()
     }
 
     /// DOT of the graph after the passes, each kernel's nodes drawn as a cluster.
@@ -46,7 +46,7 @@ impl Compiled {
     /// assert!(c.dot_after().contains("cluster_0"));
     /// ```
     pub fn dot_after(&self) -> String {
-        self.graph.to_dot(&self.cluster)
+        self.graph.to_dot_clustered(&self.cluster)
     }
 }
 
@@ -82,7 +82,7 @@ pub fn compile(expr: &LazyExpr) -> Result<Compiled> {
 /// // ... or kernels of at most 6 inputs each
 /// let c = kiln_compiler::compile_with_limit(&e, 6).unwrap();
 /// assert!(c.plan.kernels.len() > 1);
-/// assert!(c.plan.kernels.iter().all(|k| k.inputs.len() <= 6));
+/// assert!(c.plan.kernels.values().all(|k| k.inputs.len() <= 6));
 /// ```
 pub fn compile_with_limit(expr: &LazyExpr, max_kernel_inputs: usize) -> Result<Compiled> {
     compile_for(
@@ -107,14 +107,14 @@ pub fn compile_with_limit(expr: &LazyExpr, max_kernel_inputs: usize) -> Result<C
 /// let y = build::binary(BinaryOp::Div, &e, &s).unwrap();
 /// let t = Target { reduce_side_outputs: true, ..Target::default() };
 /// let c = compile_for(&LazyExpr::from_roots(&[&y]), t).unwrap();
-/// let r = c.plan.kernels.iter().find(|k| matches!(k.kind, KernelKind::Reduce { .. })).unwrap();
+/// let r = c.plan.kernels.values().find(|k| matches!(k.kind, KernelKind::Reduce { .. })).unwrap();
 /// assert_eq!(r.outputs.len(), 2);
 /// ```
 pub fn compile_for(expr: &LazyExpr, target: Target) -> Result<Compiled> {
-    // In debug builds the verifier runs after every pass: the working graph after lowering
-    // and after the rewrites, the plan after fusion, after the reordering of parameter
-    // updates, after the row groups and after the memory plan.
-    let source = Graph::from_expr(expr);
+    // In debug builds the verifier runs after every pass: the graph as lowered and after the
+    // rewrites, the plan after fusion, after the reordering of parameter updates, after the
+    // row groups and after the memory plan.
+    let source: Graph = expr.graph.clone();
     #[cfg(debug_assertions)]
     source.verify()?;
     let (graph, _) = rewrite::optimize(&source);
@@ -131,8 +131,8 @@ pub fn compile_for(expr: &LazyExpr, target: Target) -> Result<Compiled> {
         for (new, &old) in order.iter().enumerate() {
             position[old] = new;
         }
-        for c in cluster.iter_mut().flatten() {
-            *c = position[*c];
+        for c in cluster.values_mut().flatten() {
+            *c = KernelId::new(position[c.index()]);
         }
         #[cfg(debug_assertions)]
         verify_plan(&plan, "the reordering of parameter updates", false)?;
@@ -142,8 +142,7 @@ pub fn compile_for(expr: &LazyExpr, target: Target) -> Result<Compiled> {
         if target.donations {
             // A parameter update stays out of row groups: it may write in place.
             let ks = memory::donation_kernels(&plan);
-            plan.groups
-                .retain(|g| !ks.iter().any(|&k| g.start <= k && k < g.end));
+            plan.groups.retain(|g| !ks.iter().any(|&k| g.contains(k)));
         }
         #[cfg(debug_assertions)]
         verify_plan(&plan, "the row groups", false)?;

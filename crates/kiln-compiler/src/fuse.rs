@@ -17,15 +17,15 @@
 //! into it as an epilogue. Values that are the same for every element (scalars and
 //! arithmetic on them) are computed once per run on the host (the plan's prelude).
 //!
-//! Depends on [`crate::graph`], [`crate::plan`], [`crate::rewrite`] and `kiln-ir`.
+//! Depends on [`crate::plan`], [`crate::rewrite`], [`crate::target`] and `kiln-ir`.
 
-use crate::graph::{GNode, Graph};
 use crate::plan::{
-    Input, Inst, InstOp, Kernel, KernelKind, OutputRef, Plan, Program, Source, View, ViewOp,
+    Input, InputId, Inst, InstOp, Kernel, KernelId, KernelKind, OutputRef, Plan, Program, RegId,
+    SlotId, Source, View, ViewOp,
 };
 use crate::rewrite::unit_reshape;
 use crate::target::Target;
-use kiln_ir::{Op, UnaryOp};
+use kiln_ir::{ExprNode, Graph, Id, IdVec, NodeId, Op, UnaryOp};
 use smallvec::SmallVec;
 
 /// Subtree cost at which an elementwise value with several users is materialised.
@@ -66,14 +66,14 @@ fn op_cost(op: &Op) -> u32 {
 }
 
 /// The value under a chain of reshapes.
-fn strip_reshapes(g: &Graph, mut i: u32) -> u32 {
-    while g.nodes[i as usize].op == Op::Reshape {
-        i = g.nodes[i as usize].inputs[0];
+fn strip_reshapes(g: &Graph, mut i: NodeId) -> NodeId {
+    while g.nodes[i].op == Op::Reshape {
+        i = g.nodes[i].inputs[0];
     }
     i
 }
 
-fn view_op(n: &GNode) -> ViewOp {
+fn view_op(n: &ExprNode) -> ViewOp {
     match &n.op {
         Op::Reshape => ViewOp::Reshape(n.sym.clone()),
         Op::Permute(p) => ViewOp::Permute(p.clone()),
@@ -93,22 +93,22 @@ pub struct Fused {
     /// The plan, without its memory plan (slots have buffer 0 until [`crate::memory`] runs).
     pub plan: Plan,
     /// For each graph node, the kernel that computes it (first one, if recomputed).
-    pub cluster: Vec<Option<usize>>,
+    pub cluster: IdVec<NodeId, Option<KernelId>>,
 }
 
 struct Builder<'g> {
     g: &'g Graph,
-    class: Vec<Class>,
-    mat: Vec<bool>,
+    class: IdVec<NodeId, Class>,
+    mat: IdVec<NodeId, bool>,
     /// Per node: the reduction that stores it as a side output (pass D).
-    side_of: Vec<Option<u32>>,
-    slot_of: Vec<Option<u32>>,
-    prelude_of: Vec<Option<u32>>,
+    side_of: IdVec<NodeId, Option<NodeId>>,
+    slot_of: IdVec<NodeId, Option<SlotId>>,
+    prelude_of: IdVec<NodeId, Option<RegId>>,
     /// Prelude register → its position in `plan.prelude.results`.
-    result_of: hashbrown::HashMap<u32, u32>,
+    result_of: hashbrown::HashMap<RegId, u32>,
     n_scalars: u32,
     plan: Plan,
-    cluster: Vec<Option<usize>>,
+    cluster: IdVec<NodeId, Option<KernelId>>,
 }
 
 /// Decides materialisation and builds the kernels of `g` (already optimised).
@@ -137,13 +137,10 @@ pub fn fuse_with_limit(g: &Graph, n_scalars: u32, max_inputs: usize) -> Fused {
 pub fn fuse_for(g: &Graph, n_scalars: u32, target: Target) -> Fused {
     let max_inputs = target.max_kernel_inputs;
     let n = g.nodes.len();
-    let mut class = vec![Class::Source; n];
-    for (i, node) in g.nodes.iter().enumerate() {
-        let uniform_inputs = !node.inputs.is_empty()
-            && node
-                .inputs
-                .iter()
-                .all(|&j| class[j as usize] == Class::Uniform);
+    let mut class = IdVec::filled(Class::Source, n);
+    for (i, node) in g.nodes.iter() {
+        let uniform_inputs =
+            !node.inputs.is_empty() && node.inputs.iter().all(|&j| class[j] == Class::Uniform);
         class[i] = match &node.op {
             Op::Param(_) | Op::Data | Op::Iota { .. } | Op::Random { .. } => Class::Source,
             Op::Scalar(_) => Class::Uniform,
@@ -154,30 +151,29 @@ pub fn fuse_for(g: &Graph, n_scalars: u32, target: Target) -> Fused {
             _ => Class::Kernel,
         };
     }
-    let mut mat = vec![false; n];
+    let mut mat = IdVec::filled(false, n);
     for &o in &g.outputs {
         // A reshaped output shares its data with the value under the reshapes, unless that
         // value is a non-contiguous view.
-        let base = strip_reshapes(g, o) as usize;
+        let base = strip_reshapes(g, o);
         match class[base] {
             _ if matches!(g.nodes[base].op, Op::Param(_)) => {}
-            Class::Movement => mat[o as usize] = true,
+            Class::Movement => mat[o] = true,
             _ => mat[base] = true,
         }
     }
-    for i in 0..n {
+    for i in g.nodes.keys() {
         if class[i] == Class::Kernel {
             mat[i] = true;
         }
     }
     // Pass A (structural): operands that must be read through views; movement over computed
     // values; reshapes of non-contiguous views.
-    let mut contiguous = vec![true; n];
-    let computed = |class: &[Class], mat: &[bool], j: usize| {
+    let mut contiguous = IdVec::filled(true, n);
+    let computed = |class: &IdVec<NodeId, Class>, mat: &IdVec<NodeId, bool>, j: NodeId| {
         matches!(class[j], Class::Elementwise | Class::Uniform) && !mat[j]
     };
-    for i in 0..n {
-        let node = &g.nodes[i];
+    for (i, node) in g.nodes.iter() {
         match (&node.op, class[i]) {
             (
                 Op::MatMul
@@ -189,11 +185,11 @@ pub fn fuse_for(g: &Graph, n_scalars: u32, target: Target) -> Fused {
             ) => {
                 for &j in &node.inputs {
                     // walk down through movement ops to the value the view starts from
-                    let mut k = j as usize;
+                    let mut k = j;
                     let mut sliced = false;
                     while class[k] == Class::Movement && !mat[k] {
                         sliced |= matches!(g.nodes[k].op, Op::Slice { .. });
-                        k = g.nodes[k].inputs[0] as usize;
+                        k = g.nodes[k].inputs[0];
                     }
                     // A uniform value is filled at the operand's own shape when the kernel
                     // is built (`view_input`): never at the size of what the view selects
@@ -202,7 +198,7 @@ pub fn fuse_for(g: &Graph, n_scalars: u32, target: Target) -> Fused {
                     // materialised), not everywhere.
                     if computed(&class, &mat, k) && class[k] != Class::Uniform {
                         if sliced {
-                            mat[j as usize] = true;
+                            mat[j] = true;
                         } else {
                             mat[k] = true;
                         }
@@ -210,7 +206,7 @@ pub fn fuse_for(g: &Graph, n_scalars: u32, target: Target) -> Fused {
                 }
             }
             (_, Class::Movement) => {
-                let j = node.inputs[0] as usize;
+                let j = node.inputs[0];
                 let src_computed = computed(&class, &mat, j) && class[j] == Class::Elementwise;
                 let unit =
                     matches!(node.op, Op::Reshape) && unit_reshape(&g.nodes[j].sym, &node.sym);
@@ -244,38 +240,37 @@ pub fn fuse_for(g: &Graph, n_scalars: u32, target: Target) -> Fused {
     // recomputing an expensive value in its prologue saves a write and a read of the array.
     // A node reading the same value twice (`e + e`) is one use: its kernel computes the
     // value once.
-    let mut uses = vec![0u32; n];
-    for node in &g.nodes {
+    let mut uses = IdVec::filled(0u32, n);
+    for node in g.nodes.values() {
         if !matches!(node.op, Op::Reduce { .. } | Op::ArgReduce { .. }) {
             for (k, &j) in node.inputs.iter().enumerate() {
                 if !node.inputs[..k].contains(&j) {
-                    uses[j as usize] += 1;
+                    uses[j] += 1;
                 }
             }
         }
     }
     for &o in &g.outputs {
-        uses[o as usize] += 1;
+        uses[o] += 1;
     }
-    let mut broadcast_user = vec![false; n];
-    for node in &g.nodes {
+    let mut broadcast_user = IdVec::filled(false, n);
+    for node in g.nodes.values() {
         if node.op == Op::BroadcastTo {
-            broadcast_user[node.inputs[0] as usize] = true;
+            broadcast_user[node.inputs[0]] = true;
         }
     }
-    let mut cost = vec![0u32; n];
-    for i in 0..n {
+    let mut cost = IdVec::filled(0u32, n);
+    for (i, node) in g.nodes.iter() {
         if class[i] != Class::Elementwise {
             continue;
         }
-        let node = &g.nodes[i];
         cost[i] = op_cost(&node.op)
             + node
                 .inputs
                 .iter()
                 .map(|&j| {
-                    if class[j as usize] == Class::Elementwise && !mat[j as usize] {
-                        cost[j as usize]
+                    if class[j] == Class::Elementwise && !mat[j] {
+                        cost[j]
                     } else {
                         0
                     }
@@ -294,19 +289,19 @@ pub fn fuse_for(g: &Graph, n_scalars: u32, target: Target) -> Fused {
     let side_of = if target.reduce_side_outputs {
         side_outputs(g, &class, &mut mat, &cost)
     } else {
-        vec![None; n]
+        IdVec::filled(None, n)
     };
     let mut b = Builder {
         g,
         class,
         mat,
         side_of,
-        slot_of: vec![None; n],
-        prelude_of: vec![None; n],
+        slot_of: IdVec::filled(None, n),
+        prelude_of: IdVec::filled(None, n),
         result_of: hashbrown::HashMap::new(),
         n_scalars,
         plan: Plan::default(),
-        cluster: vec![None; n],
+        cluster: IdVec::filled(None, n),
     };
     b.build();
     Fused {
@@ -323,44 +318,45 @@ pub fn fuse_for(g: &Graph, n_scalars: u32, target: Target) -> Fused {
 /// reduced axes are a trailing run of the space or exclude its last axis (the side output is
 /// then stored in the order the reduction visits positions). Returns, per node, the
 /// reduction that stores it; those nodes are marked materialised.
-fn side_outputs(g: &Graph, class: &[Class], mat: &mut [bool], cost: &[u32]) -> Vec<Option<u32>> {
+fn side_outputs(
+    g: &Graph,
+    class: &IdVec<NodeId, Class>,
+    mat: &mut IdVec<NodeId, bool>,
+    cost: &IdVec<NodeId, u32>,
+) -> IdVec<NodeId, Option<NodeId>> {
     let n = g.nodes.len();
-    let mut side_of = vec![None; n];
+    let mut side_of = IdVec::filled(None, n);
     // Per node: the nodes reading it (graph outputs are materialised already).
-    let mut users: Vec<SmallVec<[u32; 4]>> = vec![SmallVec::new(); n];
-    for (i, node) in g.nodes.iter().enumerate() {
+    let mut users: IdVec<NodeId, SmallVec<[NodeId; 4]>> = IdVec::filled(SmallVec::new(), n);
+    for (i, node) in g.nodes.iter() {
         for &j in &node.inputs {
             // users are pushed in node order: a repeated operand repeats the last entry
-            if users[j as usize].last() != Some(&(i as u32)) {
-                users[j as usize].push(i as u32);
+            if users[j].last() != Some(&i) {
+                users[j].push(i);
             }
         }
     }
-    for (r, node) in g.nodes.iter().enumerate() {
+    for (r, node) in g.nodes.iter() {
         let Op::Reduce { axes, .. } = &node.op else {
             continue;
         };
-        let v = node.inputs[0] as usize;
+        let v = node.inputs[0];
         let rank = g.nodes[v].sym.len();
         let trailing = axes
             .iter()
             .enumerate()
             .all(|(k, &a)| a == rank - axes.len() + k);
         let keeps_last = rank > 0 && !axes.contains(&(rank - 1));
-        let others: SmallVec<[u32; 4]> = users[v]
-            .iter()
-            .copied()
-            .filter(|&u| u as usize != r)
-            .collect();
+        let others: SmallVec<[NodeId; 4]> = users[v].iter().copied().filter(|&u| u != r).collect();
         if class[v] == Class::Elementwise
             && !mat[v]
             && side_of[v].is_none()
             && cost[v] >= EXPENSIVE
             && (trailing || keeps_last)
             && !others.is_empty()
-            && others.iter().all(|&u| u as usize > r)
+            && others.iter().all(|&u| u > r)
         {
-            side_of[v] = Some(r as u32);
+            side_of[v] = Some(r);
             mat[v] = true;
         }
     }
@@ -374,43 +370,45 @@ fn side_outputs(g: &Graph, class: &[Class], mat: &mut [bool], cost: &[u32]) -> V
 /// the bound materialises its operand subtree with the most leaves until it fits; that
 /// subtree becomes one kernel input, and its own kernel was already bounded when it was
 /// visited. The bound leaves two inputs for a matmul whose epilogue the tree may become.
-fn limit_inputs(g: &Graph, class: &[Class], mat: &mut [bool], max_inputs: usize) {
+fn limit_inputs(
+    g: &Graph,
+    class: &IdVec<NodeId, Class>,
+    mat: &mut IdVec<NodeId, bool>,
+    max_inputs: usize,
+) {
     let bound = max_inputs.saturating_sub(2).max(3);
     let n = g.nodes.len();
     // for a node a fused tree reads: the leaves it contributes
-    let mut leaves: Vec<Vec<u32>> = vec![Vec::new(); n];
-    let fused_through = |mat: &[bool], j: usize| -> Option<usize> {
+    let mut leaves: IdVec<NodeId, Vec<NodeId>> = IdVec::filled(Vec::new(), n);
+    let fused_through = |mat: &IdVec<NodeId, bool>, j: NodeId| -> Option<NodeId> {
         // an unmaterialised elementwise value, or a view fused through to one
         let mut k = j;
         loop {
             match class[k] {
                 Class::Elementwise if !mat[k] => return Some(k),
-                Class::Movement if !mat[k] => k = g.nodes[k].inputs[0] as usize,
+                Class::Movement if !mat[k] => k = g.nodes[k].inputs[0],
                 _ => return None,
             }
         }
     };
-    let union = |sets: &[&[u32]]| -> Vec<u32> {
-        let mut u: Vec<u32> = sets.iter().flat_map(|s| s.iter().copied()).collect();
+    let union = |sets: &[&[NodeId]]| -> Vec<NodeId> {
+        let mut u: Vec<NodeId> = sets.iter().flat_map(|s| s.iter().copied()).collect();
         u.sort_unstable();
         u.dedup();
         u
     };
-    for i in 0..n {
+    for i in g.nodes.keys() {
         if class[i] != Class::Elementwise {
             continue;
         }
         loop {
-            let parts: Vec<(usize, Vec<u32>)> = g.nodes[i]
+            let parts: Vec<(NodeId, Vec<NodeId>)> = g.nodes[i]
                 .inputs
                 .iter()
-                .map(|&j| {
-                    let j = j as usize;
-                    match (class[j], fused_through(mat, j)) {
-                        (Class::Uniform, _) => (j, Vec::new()),
-                        (_, Some(k)) => (k, leaves[k].clone()),
-                        _ => (j, vec![j as u32]),
-                    }
+                .map(|&j| match (class[j], fused_through(mat, j)) {
+                    (Class::Uniform, _) => (j, Vec::new()),
+                    (_, Some(k)) => (k, leaves[k].clone()),
+                    _ => (j, vec![j]),
                 })
                 .collect();
             let all = union(&parts.iter().map(|(_, l)| l.as_slice()).collect::<Vec<_>>());
@@ -438,30 +436,29 @@ fn limit_inputs(g: &Graph, class: &[Class], mat: &mut [bool], max_inputs: usize)
 
 struct ProgramBuilder {
     program: Program,
-    inputs: Vec<Input>,
-    /// Each input's position in `inputs` (a fused chain may read many distinct arrays).
-    input_index: hashbrown::HashMap<Input, u32>,
-    memo: hashbrown::HashMap<(u32, Vec<ViewOp>), u32>,
-    fused: Vec<u32>,
+    inputs: IdVec<InputId, Input>,
+    /// Each input's id (a fused chain may read many distinct arrays).
+    input_index: hashbrown::HashMap<Input, InputId>,
+    memo: hashbrown::HashMap<(NodeId, Vec<ViewOp>), RegId>,
+    fused: Vec<NodeId>,
 }
 
 impl ProgramBuilder {
     fn new() -> Self {
         ProgramBuilder {
             program: Program::default(),
-            inputs: Vec::new(),
+            inputs: IdVec::new(),
             input_index: hashbrown::HashMap::new(),
             memo: hashbrown::HashMap::new(),
             fused: Vec::new(),
         }
     }
 
-    fn push(&mut self, op: InstOp, dtype: kiln_ir::DType) -> u32 {
-        self.program.insts.push(Inst { op, dtype });
-        self.program.insts.len() as u32 - 1
+    fn push(&mut self, op: InstOp, dtype: kiln_ir::DType) -> RegId {
+        self.program.insts.push(Inst { op, dtype })
     }
 
-    fn load(&mut self, source: Source, node: &GNode, ops: &[ViewOp]) -> u32 {
+    fn load(&mut self, source: Source, node: &ExprNode, ops: &[ViewOp]) -> RegId {
         let input = Input {
             source,
             dtype: node.dtype,
@@ -471,10 +468,10 @@ impl ProgramBuilder {
             },
         };
         let inputs = &mut self.inputs;
-        let idx = *self.input_index.entry(input.clone()).or_insert_with(|| {
-            inputs.push(input);
-            inputs.len() as u32 - 1
-        });
+        let idx = *self
+            .input_index
+            .entry(input.clone())
+            .or_insert_with(|| inputs.push(input));
         self.push(InstOp::Load(idx), node.dtype)
     }
 }
@@ -482,24 +479,23 @@ impl ProgramBuilder {
 impl Builder<'_> {
     /// The prelude register of uniform node `i`, emitting it and its operands first (an
     /// explicit work list: a chain of scalar arithmetic may be as long as the user wrote it).
-    fn prelude(&mut self, i: u32) -> u32 {
+    fn prelude(&mut self, i: NodeId) -> RegId {
         // (node, operands pushed): a node is emitted when it is popped the second time
-        let mut stack: Vec<(u32, bool)> = vec![(i, false)];
+        let mut stack: Vec<(NodeId, bool)> = vec![(i, false)];
         while let Some((j, expanded)) = stack.pop() {
-            if self.prelude_of[j as usize].is_some() {
+            if self.prelude_of[j].is_some() {
                 continue;
             }
-            let node = &self.g.nodes[j as usize];
+            let node = &self.g.nodes[j];
             let v = match &node.op {
                 Op::Scalar(_) => {
                     let s = node.binding.expect("scalars have bindings");
                     self.plan.prelude.insts.push(Inst {
                         op: InstOp::Scalar(s),
                         dtype: node.dtype,
-                    });
-                    self.plan.prelude.insts.len() as u32 - 1
+                    })
                 }
-                Op::Reshape | Op::BroadcastTo => match self.prelude_of[node.inputs[0] as usize] {
+                Op::Reshape | Op::BroadcastTo => match self.prelude_of[node.inputs[0]] {
                     Some(v) => v,
                     None => {
                         stack.push((j, true));
@@ -513,10 +509,10 @@ impl Builder<'_> {
                         stack.extend(node.inputs.iter().rev().map(|&k| (k, false)));
                         continue;
                     }
-                    let ins: SmallVec<[u32; 3]> = node
+                    let ins: SmallVec<[RegId; 3]> = node
                         .inputs
                         .iter()
-                        .map(|&k| self.prelude_of[k as usize].expect("operands emitted first"))
+                        .map(|&k| self.prelude_of[k].expect("operands emitted first"))
                         .collect();
                     let iop = match op {
                         Op::Unary(u) => InstOp::Unary(*u, ins[0]),
@@ -528,19 +524,18 @@ impl Builder<'_> {
                     self.plan.prelude.insts.push(Inst {
                         op: iop,
                         dtype: node.dtype,
-                    });
-                    self.plan.prelude.insts.len() as u32 - 1
+                    })
                 }
             };
-            self.prelude_of[j as usize] = Some(v);
+            self.prelude_of[j] = Some(v);
         }
-        self.prelude_of[i as usize].expect("emitted above")
+        self.prelude_of[i].expect("emitted above")
     }
 
     /// The scalar-table index of uniform node `i` (a prelude result).
-    fn scalar_index(&mut self, i: u32) -> u32 {
+    fn scalar_index(&mut self, i: NodeId) -> u32 {
         let v = self.prelude(i);
-        let node = &self.g.nodes[i as usize];
+        let node = &self.g.nodes[i];
         if let (Op::Scalar(_), Some(b)) = (&node.op, node.binding) {
             return b;
         }
@@ -555,16 +550,22 @@ impl Builder<'_> {
     /// Emits node `i` into `pb`, reading it through the pending view ops `ops`. The walk
     /// keeps its own work list (a fused chain is as deep as the user's expression), visiting
     /// operands in order, so instructions come out as a depth-first recursion would emit them.
-    fn emit(&mut self, pb: &mut ProgramBuilder, i: u32, root: u32, ops: &[ViewOp]) -> u32 {
+    fn emit(
+        &mut self,
+        pb: &mut ProgramBuilder,
+        i: NodeId,
+        root: Option<NodeId>,
+        ops: &[ViewOp],
+    ) -> RegId {
         enum Task {
             /// Emit node `.0` read through views `.1`, leaving its register on `vals`.
-            Visit(u32, Vec<ViewOp>),
+            Visit(NodeId, Vec<ViewOp>),
             /// The register on top of `vals` is also the value of this memo key.
-            Alias((u32, Vec<ViewOp>)),
+            Alias((NodeId, Vec<ViewOp>)),
             /// Pop the operands' registers of node `.1` and emit it under memo key `.0`.
-            Apply((u32, Vec<ViewOp>), u32),
+            Apply((NodeId, Vec<ViewOp>), NodeId),
         }
-        let mut vals: Vec<u32> = Vec::new();
+        let mut vals: Vec<RegId> = Vec::new();
         let mut tasks = vec![Task::Visit(i, ops.to_vec())];
         while let Some(task) = tasks.pop() {
             let (i, ops) = match task {
@@ -575,7 +576,7 @@ impl Builder<'_> {
                     continue;
                 }
                 Task::Apply(key, i) => {
-                    let node = &self.g.nodes[i as usize];
+                    let node = &self.g.nodes[i];
                     let ins = vals.split_off(vals.len() - node.inputs.len());
                     let iop = match &node.op {
                         Op::Unary(u) => InstOp::Unary(*u, ins[0]),
@@ -594,22 +595,18 @@ impl Builder<'_> {
                 vals.push(v);
                 continue;
             }
-            let node = &self.g.nodes[i as usize];
-            let v = if i != root && self.mat[i as usize] && self.slot_of[i as usize].is_some() {
-                let slot = self.slot_of[i as usize].expect("checked");
+            let node = &self.g.nodes[i];
+            let v = if Some(i) != root && self.mat[i] && self.slot_of[i].is_some() {
+                let slot = self.slot_of[i].expect("checked");
                 pb.load(Source::Slot(slot), node, &ops)
-            } else if self.class[i as usize] == Class::Uniform {
+            } else if self.class[i] == Class::Uniform {
                 let s = self.scalar_index(i);
                 pb.push(InstOp::Scalar(s), node.dtype)
-            } else if i != root && self.mat[i as usize] {
+            } else if Some(i) != root && self.mat[i] {
                 unreachable!("materialised values are computed before their users")
             } else {
                 match &node.op {
-                    Op::Param(_) => pb.load(
-                        Source::Param(node.binding.expect("params are bound")),
-                        node,
-                        &ops,
-                    ),
+                    Op::Param(p) => pb.load(Source::Param(*p), node, &ops),
                     Op::Iota { axis } => pb.load(Source::Iota { axis: *axis }, node, &ops),
                     Op::Random { dist, .. } => pb.load(
                         Source::Random {
@@ -645,14 +642,14 @@ impl Builder<'_> {
 
     /// A view input for an operand of a non-elementwise kernel (walks movement ops down to a
     /// source or slot).
-    fn view_input(&mut self, i: u32) -> Input {
+    fn view_input(&mut self, i: NodeId) -> Input {
         let mut pb = ProgramBuilder::new();
-        let v = self.emit(&mut pb, i, u32::MAX, &[]);
-        match pb.program.insts[v as usize].op {
-            InstOp::Load(k) => pb.inputs.swap_remove(k as usize),
+        let v = self.emit(&mut pb, i, None, &[]);
+        match pb.program.insts[v].op {
+            InstOp::Load(k) => pb.inputs.into_vec().swap_remove(k.index()),
             InstOp::Scalar(_) => {
                 // a uniform operand: materialise it through a tiny fill kernel
-                let node = &self.g.nodes[i as usize];
+                let node = &self.g.nodes[i];
                 let slot = self.new_kernel_fill(i);
                 Input {
                     source: Source::Slot(slot),
@@ -664,23 +661,22 @@ impl Builder<'_> {
         }
     }
 
-    fn new_slot(&mut self, i: u32) -> u32 {
-        let node = &self.g.nodes[i as usize];
-        self.plan.slots.push(crate::plan::Slot {
+    fn new_slot(&mut self, i: NodeId) -> SlotId {
+        let node = &self.g.nodes[i];
+        let s = self.plan.slots.push(crate::plan::Slot {
             dtype: node.dtype,
             shape: node.sym.clone(),
-            buffer: 0,
+            buffer: Default::default(),
         });
-        let s = self.plan.slots.len() as u32 - 1;
-        self.slot_of[i as usize] = Some(s);
+        self.slot_of[i] = Some(s);
         s
     }
 
-    fn new_kernel_fill(&mut self, i: u32) -> u32 {
+    fn new_kernel_fill(&mut self, i: NodeId) -> SlotId {
         let mut pb = ProgramBuilder::new();
-        let v = self.emit(&mut pb, i, i, &[]);
+        let v = self.emit(&mut pb, i, Some(i), &[]);
         pb.program.results.push(v);
-        let node = &self.g.nodes[i as usize];
+        let node = &self.g.nodes[i];
         let slot = self.new_slot(i);
         self.push_kernel(
             Kernel {
@@ -696,34 +692,30 @@ impl Builder<'_> {
         slot
     }
 
-    fn push_kernel(&mut self, k: Kernel, nodes: &[u32]) {
-        let idx = self.plan.kernels.len();
+    fn push_kernel(&mut self, k: Kernel, nodes: &[NodeId]) {
+        let idx = self.plan.kernels.push(k);
         for &n in nodes {
-            if self.cluster[n as usize].is_none() {
-                self.cluster[n as usize] = Some(idx);
+            if self.cluster[n].is_none() {
+                self.cluster[n] = Some(idx);
             }
         }
-        self.plan.kernels.push(k);
     }
 
     fn build(&mut self) {
         let g = self.g;
-        for i in 0..g.nodes.len() as u32 {
-            if !self.mat[i as usize]
-                || self.slot_of[i as usize].is_some()
-                || self.side_of[i as usize].is_some()
-            {
+        for i in g.nodes.keys() {
+            if !self.mat[i] || self.slot_of[i].is_some() || self.side_of[i].is_some() {
                 continue;
             }
-            let node = &g.nodes[i as usize];
+            let node = &g.nodes[i];
             match &node.op {
                 Op::Reduce { .. } | Op::ArgReduce { .. } => {
                     // the reduced operand's producers fuse in as a prologue
                     let mut pb = ProgramBuilder::new();
                     let operand = node.inputs[0];
-                    let side = self.side_of[operand as usize] == Some(i);
+                    let side = self.side_of[operand] == Some(i);
                     // a side output is computed here (as the emit root), not loaded
-                    let root = if side { operand } else { u32::MAX };
+                    let root = side.then_some(operand);
                     let v = self.emit(&mut pb, operand, root, &[]);
                     pb.program.results.push(v);
                     if side {
@@ -742,8 +734,9 @@ impl Builder<'_> {
                         },
                         _ => unreachable!(),
                     };
-                    let space = g.nodes[operand as usize].sym.clone();
-                    let mut outputs: SmallVec<[u32; 1]> = [self.new_slot(i)].into_iter().collect();
+                    let space = g.nodes[operand].sym.clone();
+                    let mut outputs: SmallVec<[SlotId; 1]> =
+                        [self.new_slot(i)].into_iter().collect();
                     if side {
                         outputs.push(self.new_slot(operand));
                     }
@@ -760,7 +753,7 @@ impl Builder<'_> {
                     );
                 }
                 Op::MatMul | Op::Take { .. } | Op::ScatterAdd { .. } | Op::Concat { .. } => {
-                    let inputs: Vec<Input> = node
+                    let inputs: IdVec<InputId, Input> = node
                         .inputs
                         .clone()
                         .iter()
@@ -787,10 +780,9 @@ impl Builder<'_> {
                 Op::TopK { k, .. } => {
                     // One kernel for every materialised top_k of the same operand and k.
                     let input = self.view_input(node.inputs[0]);
-                    let mut members: Vec<u32> = vec![i];
-                    for j in i + 1..g.nodes.len() as u32 {
-                        let o = &g.nodes[j as usize];
-                        if self.mat[j as usize]
+                    let mut members: Vec<NodeId> = vec![i];
+                    for (j, o) in g.nodes.iter().filter(|(j, _)| *j > i) {
+                        if self.mat[j]
                             && o.inputs == node.inputs
                             && matches!(o.op, Op::TopK { k: k2, .. } if k2 == *k)
                         {
@@ -799,9 +791,9 @@ impl Builder<'_> {
                     }
                     let flags: SmallVec<[bool; 2]> = members
                         .iter()
-                        .map(|&m| matches!(g.nodes[m as usize].op, Op::TopK { indices: true, .. }))
+                        .map(|&m| matches!(g.nodes[m].op, Op::TopK { indices: true, .. }))
                         .collect();
-                    let outputs: SmallVec<[u32; 1]> =
+                    let outputs: SmallVec<[SlotId; 1]> =
                         members.iter().map(|&m| self.new_slot(m)).collect();
                     self.push_kernel(
                         Kernel {
@@ -810,7 +802,7 @@ impl Builder<'_> {
                                 indices: flags,
                             },
                             space: node.sym.clone(),
-                            inputs: vec![input],
+                            inputs: IdVec::from_vec(vec![input]),
                             outputs,
                         },
                         &members,
@@ -819,7 +811,7 @@ impl Builder<'_> {
                 _ => {
                     // an elementwise group (or a copy of a view, a fill of a uniform value)
                     let mut pb = ProgramBuilder::new();
-                    let v = self.emit(&mut pb, i, i, &[]);
+                    let v = self.emit(&mut pb, i, Some(i), &[]);
                     pb.program.results.push(v);
                     let slot = self.new_slot(i);
                     let mut fused = pb.fused.clone();
@@ -843,12 +835,10 @@ impl Builder<'_> {
             .iter()
             .map(|&o| {
                 let base = strip_reshapes(g, o);
-                match (self.slot_of[o as usize], self.slot_of[base as usize]) {
+                match (self.slot_of[o], self.slot_of[base]) {
                     (Some(s), _) | (None, Some(s)) => OutputRef::Slot(s),
-                    (None, None) => match g.nodes[base as usize].op {
-                        Op::Param(_) => {
-                            OutputRef::Param(g.nodes[base as usize].binding.expect("bound"))
-                        }
+                    (None, None) => match g.nodes[base].op {
+                        Op::Param(p) => OutputRef::Param(p),
                         _ => unreachable!("outputs are materialised or parameters"),
                     },
                 }
@@ -861,42 +851,45 @@ impl Builder<'_> {
     /// matmul's epilogue.
     fn fuse_epilogues(&mut self) {
         let plan = &mut self.plan;
-        let mut is_output = vec![false; plan.slots.len()];
+        let mut is_output = IdVec::filled(false, plan.slots.len());
         for o in &plan.outputs {
             if let OutputRef::Slot(s) = o {
-                is_output[*s as usize] = true;
+                is_output[*s] = true;
             }
         }
         // The kernels reading each slot, listed once per kernel. Computed once: a merge moves
         // a matmul's inputs (written before it) into a later kernel, so it never changes the
         // readers of a later matmul's output, the only lists read after it.
-        let mut readers: Vec<Vec<usize>> = vec![Vec::new(); plan.slots.len()];
-        for (r, kernel) in plan.kernels.iter().enumerate() {
-            for i in &kernel.inputs {
+        let mut readers: IdVec<SlotId, Vec<KernelId>> = IdVec::filled(Vec::new(), plan.slots.len());
+        for (r, kernel) in plan.kernels.iter() {
+            for i in kernel.inputs.values() {
                 if let Source::Slot(s) = i.source {
-                    if readers[s as usize].last() != Some(&r) {
-                        readers[s as usize].push(r);
+                    if readers[s].last() != Some(&r) {
+                        readers[s].push(r);
                     }
                 }
             }
         }
         // Merged matmuls: their consumer's index (the kernel list is compacted at the end).
-        let mut merged_into: Vec<Option<usize>> = vec![None; plan.kernels.len()];
-        #[allow(clippy::needless_range_loop)] // `plan.kernels[r]` changes inside the loop
-        for k in 0..plan.kernels.len() {
+        let mut merged_into: IdVec<KernelId, Option<KernelId>> =
+            IdVec::filled(None, plan.kernels.len());
+        for k in plan.kernels.keys() {
             let KernelKind::MatMul { epilogue: None } = plan.kernels[k].kind else {
                 continue;
             };
             let mm_slot = plan.kernels[k].outputs[0];
-            if is_output[mm_slot as usize] {
+            if is_output[mm_slot] {
                 continue;
             }
-            let [r] = readers[mm_slot as usize][..] else {
+            let [r] = readers[mm_slot][..] else {
                 continue;
             };
             let consumer = &plan.kernels[r];
-            let reads: Vec<usize> = (0..consumer.inputs.len())
-                .filter(|&x| consumer.inputs[x].source == Source::Slot(mm_slot))
+            let reads: Vec<InputId> = consumer
+                .inputs
+                .iter()
+                .filter(|(_, input)| input.source == Source::Slot(mm_slot))
+                .map(|(x, _)| x)
                 .collect();
             let ok = matches!(consumer.kind, KernelKind::Elementwise { .. })
                 && consumer.outputs.len() == 1
@@ -916,19 +909,17 @@ impl Builder<'_> {
             let KernelKind::Elementwise { program } = consumer.kind else {
                 unreachable!()
             };
-            let acc_input = reads[0] as u32;
+            let acc_input = reads[0];
             let mut inputs = plan.kernels[k].inputs.clone();
-            let mut map: Vec<u32> = Vec::new();
-            for (x, inp) in consumer.inputs.iter().enumerate() {
-                if x as u32 == acc_input {
-                    map.push(u32::MAX);
-                } else {
-                    map.push(inputs.len() as u32);
-                    inputs.push(inp.clone());
-                }
-            }
+            // consumer input → merged input (none for the product, read as `Acc`)
+            let map: IdVec<InputId, Option<InputId>> = consumer
+                .inputs
+                .iter()
+                .map(|(x, inp)| (x != acc_input).then(|| inputs.push(inp.clone())))
+                .collect();
             let insts = program
                 .insts
+                .into_vec()
                 .into_iter()
                 .map(|inst| match inst.op {
                     InstOp::Load(x) if x == acc_input => Inst {
@@ -936,7 +927,7 @@ impl Builder<'_> {
                         dtype: inst.dtype,
                     },
                     InstOp::Load(x) => Inst {
-                        op: InstOp::Load(map[x as usize]),
+                        op: InstOp::Load(map[x].expect("only the product has no input")),
                         dtype: inst.dtype,
                     },
                     _ => inst,
@@ -956,29 +947,31 @@ impl Builder<'_> {
             plan.kernels[r] = merged;
             merged_into[k] = Some(r);
         }
-        if merged_into.iter().all(Option::is_none) {
+        if merged_into.values().all(Option::is_none) {
             return;
         }
         // Compact: a merged matmul's nodes belong to its consumer's kernel.
-        let mut new_index = vec![0usize; plan.kernels.len()];
+        let mut new_index = IdVec::filled(KernelId::new(0), plan.kernels.len());
         let mut next = 0;
-        for (k, m) in merged_into.iter().enumerate() {
+        for (k, m) in merged_into.iter() {
             if m.is_none() {
-                new_index[k] = next;
+                new_index[k] = KernelId::new(next);
                 next += 1;
             }
         }
-        for (k, m) in merged_into.iter().enumerate() {
+        for (k, m) in merged_into.iter() {
             if let Some(r) = m {
                 new_index[k] = new_index[*r];
             }
         }
-        let mut k = 0;
-        plan.kernels.retain(|_| {
-            k += 1;
-            merged_into[k - 1].is_none()
-        });
-        for x in self.cluster.iter_mut().flatten() {
+        plan.kernels = std::mem::take(&mut plan.kernels)
+            .into_vec()
+            .into_iter()
+            .zip(merged_into.values())
+            .filter(|(_, m)| m.is_none())
+            .map(|(kernel, _)| kernel)
+            .collect();
+        for x in self.cluster.values_mut().flatten() {
             *x = new_index[*x];
         }
     }

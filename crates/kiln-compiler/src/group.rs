@@ -9,8 +9,8 @@
 //! the group ends. Depends on [`crate::plan`] and `kiln-ir`.
 
 pub use crate::plan::{row_aligned, RowGroup};
-use crate::plan::{Kernel, KernelKind, Plan, Source, View};
-use kiln_ir::Dim;
+use crate::plan::{Kernel, KernelId, KernelKind, Plan, SlotId, Source, View};
+use kiln_ir::{Dim, Id};
 
 /// The leading dimension of a kernel that may join a row group.
 fn kernel_rows(k: &Kernel) -> Option<Dim> {
@@ -44,18 +44,17 @@ fn kernel_rows(k: &Kernel) -> Option<Dim> {
 /// ```
 pub fn row_groups(plan: &Plan) -> Vec<RowGroup> {
     let mut groups = Vec::new();
-    let mut k = 0;
-    while k < plan.kernels.len() {
-        let Some(rows) = kernel_rows(&plan.kernels[k]) else {
-            k += 1;
+    let mut k = KernelId::new(0);
+    while let Some(kernel) = plan.kernels.get(k) {
+        let Some(rows) = kernel_rows(kernel) else {
+            k = KernelId::new(k.index() + 1);
             continue;
         };
         // (slot, kernel writing it) for the run so far
-        let mut written: Vec<(u32, usize)> =
-            plan.kernels[k].outputs.iter().map(|&s| (s, k)).collect();
+        let mut written: Vec<(SlotId, KernelId)> = kernel.outputs.iter().map(|&s| (s, k)).collect();
         // the first producer and the last consumer of a slot passed inside the run
-        let mut span: Option<(usize, usize)> = None;
-        let mut end = k + 1;
+        let mut span: Option<(KernelId, KernelId)> = None;
+        let mut end = KernelId::new(k.index() + 1);
         while let Some(next) = plan.kernels.get(end) {
             if kernel_rows(next) != Some(rows) {
                 break;
@@ -64,9 +63,9 @@ pub fn row_groups(plan: &Plan) -> Vec<RowGroup> {
                 Source::Slot(t) => written.iter().find(|(w, _)| w == t).map(|&(_, k)| k),
                 _ => None,
             };
-            let inner: Vec<(usize, &View)> = next
+            let inner: Vec<(KernelId, &View)> = next
                 .inputs
-                .iter()
+                .values()
                 .filter_map(|i| Some((producer(&i.source)?, &i.view)))
                 .collect();
             if !inner.iter().all(|(_, v)| row_aligned(v, rows)) {
@@ -76,12 +75,12 @@ pub fn row_groups(plan: &Plan) -> Vec<RowGroup> {
                 span = Some(span.map_or((first, end), |(f, _)| (f.min(first), end)));
             }
             written.extend(next.outputs.iter().map(|&s| (s, end)));
-            end += 1;
+            end = KernelId::new(end.index() + 1);
         }
         if let Some((first, last)) = span {
             groups.push(RowGroup {
                 start: first,
-                end: last + 1,
+                end: KernelId::new(last.index() + 1),
                 rows,
             });
         }

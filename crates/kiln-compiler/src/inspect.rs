@@ -6,7 +6,7 @@
 use crate::compile::Compiled;
 use crate::memory::peak_bytes;
 use crate::plan::Source;
-use kiln_ir::{resolve_shape, Bindings};
+use kiln_ir::{resolve_shape, Bindings, IdVec};
 
 /// One kernel of a plan, as the inspector sees it.
 #[derive(Clone, Debug, PartialEq)]
@@ -58,23 +58,26 @@ pub fn report(compiled: &Compiled, bindings: &Bindings) -> Report {
     let plan = &compiled.plan;
     let dims = &bindings.dims;
     // per kernel: its fused nodes and its row group (one pass each: plans may be long)
-    let mut fused = vec![0usize; plan.kernels.len()];
-    for &k in compiled.cluster.iter().flatten() {
+    let mut fused = IdVec::filled(0usize, plan.kernels.len());
+    for &k in compiled.cluster.values().flatten() {
         if let Some(n) = fused.get_mut(k) {
             *n += 1;
         }
     }
-    let mut group_of = vec![None; plan.kernels.len()];
+    let mut group_of = IdVec::filled(None, plan.kernels.len());
     for (gi, g) in plan.groups.iter().enumerate() {
-        let end = g.end.min(group_of.len());
-        group_of[g.start.min(end)..end].fill(Some(gi));
+        for k in g.kernels() {
+            if let Some(x) = group_of.get_mut(k) {
+                *x = Some(gi);
+            }
+        }
     }
     let mut kernels = Vec::new();
-    for (k, kernel) in plan.kernels.iter().enumerate() {
+    for (k, kernel) in plan.kernels.iter() {
         let kind = kernel.kind.name();
         let bytes_read = kernel
             .inputs
-            .iter()
+            .values()
             .filter(|i| matches!(i.source, Source::Param(_) | Source::Slot(_)))
             .map(|i| {
                 let v = i.view.resolve(dims);
@@ -93,8 +96,7 @@ pub fn report(compiled: &Compiled, bindings: &Bindings) -> Report {
             .outputs
             .iter()
             .map(|&s| {
-                resolve_shape(&plan.slots[s as usize].shape, dims).numel()
-                    * plan.slots[s as usize].dtype.size_bytes()
+                resolve_shape(&plan.slots[s].shape, dims).numel() * plan.slots[s].dtype.size_bytes()
             })
             .sum();
         kernels.push(KernelReport {

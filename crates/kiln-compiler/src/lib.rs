@@ -12,7 +12,6 @@ pub mod cache;
 pub mod compile;
 pub mod engine;
 pub mod fuse;
-pub mod graph;
 pub mod group;
 pub mod inspect;
 pub mod memory;
@@ -28,11 +27,11 @@ pub use backend::{
 pub use cache::{CacheStats, GraphCache, MissReason, MissRecord};
 pub use compile::{compile, compile_for, compile_with_limit, Compiled};
 pub use engine::{Engine, DEFAULT_CAPACITY};
-pub use graph::{GNode, Graph};
 pub use inspect::{KernelReport, Report};
+pub use kiln_ir::{ExprNode, Graph};
 pub use plan::RowGroup;
 pub use plan::{
-    BufferDesc, Donation, Input, Inst, InstOp, Kernel, KernelKind, OutputRef, Plan, Program, Slot,
-    Source, Strided, View, ViewOp,
+    BufferDesc, BufferId, Donation, Input, InputId, Inst, InstOp, Kernel, KernelId, KernelKind,
+    OutputRef, Plan, Program, RegId, Slot, SlotId, Source, Strided, View, ViewOp,
 };
 pub use target::Target;

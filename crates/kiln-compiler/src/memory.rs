@@ -16,12 +16,15 @@
 //! written over, if a run is handed its storage; the plan itself never writes a parameter. Depends on [`crate::plan`], [`crate::group`] and `kiln-ir`.
 
 use crate::plan::row_aligned;
-use crate::plan::{BufferDesc, Donation, Kernel, KernelKind, OutputRef, Plan, Source, ViewOp};
-use kiln_ir::{resolve_shape, DType, Dim};
+use crate::plan::{
+    BufferDesc, BufferId, Donation, InputId, Kernel, KernelId, KernelKind, OutputRef, Plan, SlotId,
+    Source, ViewOp,
+};
+use kiln_ir::{resolve_shape, DType, Dim, Id, IdVec, ParamId};
 use smallvec::SmallVec;
 use std::collections::BTreeSet;
 
-fn identity_view(k: &Kernel, input: usize) -> bool {
+fn identity_view(k: &Kernel, input: InputId) -> bool {
     let v = &k.inputs[input].view;
     let non1 = |s: &[Dim]| {
         s.iter()
@@ -34,8 +37,8 @@ fn identity_view(k: &Kernel, input: usize) -> bool {
         && non1(&v.base) == non1(&k.space)
 }
 
-/// A free buffer: its capacity, when it was freed (a sequence number), its index.
-type FreeEntry = (usize, u64, u32);
+/// A free buffer: its capacity, when it was freed (a sequence number), its id.
+type FreeEntry = (usize, u64, BufferId);
 
 /// The free buffers of each dtype, ordered by capacity, then by the order they were freed.
 #[derive(Default)]
@@ -45,7 +48,7 @@ struct FreeList {
 }
 
 impl FreeList {
-    fn put(&mut self, dtype: DType, capacity: usize, b: u32) {
+    fn put(&mut self, dtype: DType, capacity: usize, b: BufferId) {
         self.freed += 1;
         let seq = self.freed;
         self.set(dtype).insert((capacity, seq, b));
@@ -64,13 +67,14 @@ impl FreeList {
 
     /// Takes the smallest buffer holding `want` elements, else the largest one (it grows);
     /// among equal capacities the one freed first.
-    fn take_best(&mut self, dtype: DType, want: usize) -> Option<u32> {
+    fn take_best(&mut self, dtype: DType, want: usize) -> Option<BufferId> {
         let set = self.set(dtype);
-        let key = match set.range((want, 0, 0)..).next() {
+        let lowest = BufferId::new(0);
+        let key = match set.range((want, 0, lowest)..).next() {
             Some(&k) => k,
             None => {
                 let &(cap, _, _) = set.iter().next_back()?;
-                *set.range((cap, 0, 0)..).next()?
+                *set.range((cap, 0, lowest)..).next()?
             }
         };
         set.remove(&key);
@@ -82,93 +86,85 @@ impl FreeList {
 /// values seen at compile time, used only to pick the best-fitting free buffer.
 pub fn plan_memory(plan: &mut Plan, hint: &[usize], donate: bool) {
     // Compact: slot numbers in kernel-write order.
-    let mut remap = vec![u32::MAX; plan.slots.len()];
-    let mut slots = Vec::new();
-    for k in &plan.kernels {
+    let mut remap: IdVec<SlotId, Option<SlotId>> = IdVec::filled(None, plan.slots.len());
+    let mut slots = IdVec::new();
+    for k in plan.kernels.values() {
         for &s in &k.outputs {
-            remap[s as usize] = slots.len() as u32;
-            slots.push(plan.slots[s as usize].clone());
+            remap[s] = Some(slots.push(plan.slots[s].clone()));
         }
     }
-    for k in plan.kernels.iter_mut() {
-        for s in k.outputs.iter_mut() {
-            *s = remap[*s as usize];
-        }
-        for i in k.inputs.iter_mut() {
+    let remap = |s: &mut SlotId| *s = remap[*s].expect("every slot read is written");
+    for k in plan.kernels.values_mut() {
+        k.outputs.iter_mut().for_each(remap);
+        for i in k.inputs.values_mut() {
             if let Source::Slot(s) = &mut i.source {
-                *s = remap[*s as usize];
+                remap(s);
             }
         }
     }
     for o in plan.outputs.iter_mut() {
         if let OutputRef::Slot(s) = o {
-            *s = remap[*s as usize];
+            remap(s);
         }
     }
     plan.slots = slots;
 
+    // Kernel positions: `n_k` stands for "after the last kernel" (an output's last use).
     let n_k = plan.kernels.len();
-    let mut last = vec![0usize; plan.slots.len()];
-    let mut def = vec![0usize; plan.slots.len()];
-    let mut is_output = vec![false; plan.slots.len()];
-    for (k, kernel) in plan.kernels.iter().enumerate() {
+    let mut last: IdVec<SlotId, usize> = IdVec::filled(0, plan.slots.len());
+    let mut is_output = IdVec::filled(false, plan.slots.len());
+    for (k, kernel) in plan.kernels.values().enumerate() {
         for &s in &kernel.outputs {
-            def[s as usize] = k;
-            last[s as usize] = last[s as usize].max(k);
+            last[s] = last[s].max(k);
         }
-        for i in &kernel.inputs {
+        for i in kernel.inputs.values() {
             if let Source::Slot(s) = i.source {
-                last[s as usize] = last[s as usize].max(k);
+                last[s] = last[s].max(k);
             }
         }
     }
     for o in &plan.outputs {
         if let OutputRef::Slot(s) = o {
-            is_output[*s as usize] = true;
+            is_output[*s] = true;
         }
     }
     // `last[s] == k` here: no kernel after `k` reads `s`.
     plan.unread_outputs = plan
         .kernels
-        .iter()
+        .values()
         .enumerate()
-        .map(|(k, kernel)| {
-            kernel
-                .outputs
-                .iter()
-                .all(|&s| is_output[s as usize] && last[s as usize] == k)
-        })
+        .map(|(k, kernel)| kernel.outputs.iter().all(|&s| is_output[s] && last[s] == k))
         .collect();
-    for (s, out) in is_output.iter().enumerate() {
+    for (s, out) in is_output.iter() {
         if *out {
             last[s] = n_k;
         }
     }
-    let size = |plan: &Plan, s: u32| resolve_shape(&plan.slots[s as usize].shape, hint).numel();
+    let size = |plan: &Plan, s: SlotId| resolve_shape(&plan.slots[s].shape, hint).numel();
     // The row group of each kernel, if any.
     let groups = plan.groups.clone();
     let mut group_index: Vec<Option<usize>> = vec![None; n_k];
     for (gi, g) in groups.iter().enumerate() {
-        let end = g.end.min(n_k);
-        group_index[g.start.min(end)..end].fill(Some(gi));
+        let end = g.end.index().min(n_k);
+        group_index[g.start.index().min(end)..end].fill(Some(gi));
     }
     let group_of = |k: usize| group_index[k].map(|gi| &groups[gi]);
     // Inside a group, in place only over a slot the whole group reads row by row.
-    let rowwise = |plan: &Plan, k: usize, t: u32| {
+    let rowwise = |plan: &Plan, k: usize, t: SlotId| {
         group_of(k).is_none_or(|g| {
-            plan.kernels[g.start..g.end].iter().all(|kernel| {
-                kernel
+            g.kernels().all(|kernel| {
+                plan.kernels[kernel]
                     .inputs
-                    .iter()
+                    .values()
                     .all(|i| i.source != Source::Slot(t) || row_aligned(&i.view, g.rows))
             })
         })
     };
     // The slots whose last reader is kernel `k` (outputs live to the end: never listed).
-    let mut dying_at: Vec<Vec<u32>> = vec![Vec::new(); n_k];
-    for (s, &l) in last.iter().enumerate() {
+    let mut dying_at: Vec<Vec<SlotId>> = vec![Vec::new(); n_k];
+    for (s, &l) in last.iter() {
         if l < n_k {
-            dying_at[l].push(s as u32);
+            dying_at[l].push(s);
         }
     }
     // Outputs a donated parameter could become get a buffer of their own (not one written in
@@ -180,17 +176,17 @@ pub fn plan_memory(plan: &mut Plan, hint: &[usize], donate: bool) {
     };
     // Every list below is per buffer and kept current as slots are assigned, so the plan is
     // linear in the number of kernels (a user's graph may have millions).
-    let mut buffers: Vec<BufferDesc> = Vec::new();
-    let mut capacity: Vec<usize> = Vec::new(); // per buffer: its largest slot at `hint`
-    let mut last_use: Vec<usize> = Vec::new(); // per buffer: its slots' last reader
-    let mut is_free: Vec<bool> = Vec::new();
+    let mut buffers: IdVec<BufferId, BufferDesc> = IdVec::new();
+    let mut capacity: IdVec<BufferId, usize> = IdVec::new(); // its largest slot at `hint`
+    let mut last_use: IdVec<BufferId, usize> = IdVec::new(); // its slots' last reader
+    let mut is_free: IdVec<BufferId, bool> = IdVec::new();
     let mut free = FreeList::default();
     let mut donations: Vec<Donation> = Vec::new();
     for k in 0..n_k {
-        let kernel = plan.kernels[k].clone();
-        let mut taken: Vec<u32> = Vec::new();
+        let kernel = plan.kernels[KernelId::new(k)].clone();
+        let mut taken: Vec<BufferId> = Vec::new();
         for &s in &kernel.outputs {
-            let dtype = plan.slots[s as usize].dtype;
+            let dtype = plan.slots[s].dtype;
             // in place over a dying input?
             let mut chosen = None;
             let site = sites
@@ -198,24 +194,23 @@ pub fn plan_memory(plan: &mut Plan, hint: &[usize], donate: bool) {
                 .find(|&&(sk, j, _)| sk == k && kernel.outputs[j] == s)
                 .map(|&(_, _, p)| p);
             if site.is_none() && matches!(kernel.kind, KernelKind::Elementwise { .. }) {
-                for (x, input) in kernel.inputs.iter().enumerate() {
+                for (x, input) in kernel.inputs.iter() {
                     let Source::Slot(t) = input.source else {
                         continue;
                     };
-                    let b = plan.slots[t as usize].buffer;
+                    let b = plan.slots[t].buffer;
                     let all_identity = kernel
                         .inputs
                         .iter()
-                        .enumerate()
                         .filter(|(_, i)| i.source == Source::Slot(t))
                         .all(|(y, _)| identity_view(&kernel, y));
-                    if last[t as usize] == k
-                        && !is_output[t as usize]
-                        && plan.slots[t as usize].dtype == dtype
+                    if last[t] == k
+                        && !is_output[t]
+                        && plan.slots[t].dtype == dtype
                         && identity_view(&kernel, x)
                         && all_identity
                         && !taken.contains(&b)
-                        && !buffers[b as usize].output
+                        && !buffers[b].output
                         && rowwise(plan, k, t)
                     {
                         chosen = Some(b);
@@ -224,74 +219,67 @@ pub fn plan_memory(plan: &mut Plan, hint: &[usize], donate: bool) {
                 }
             }
             let want = size(plan, s);
-            if chosen.is_none() && !is_output[s as usize] && site.is_none() {
+            if chosen.is_none() && !is_output[s] && site.is_none() {
                 // best fit among free buffers of this dtype
                 if let Some(b) = free.take_best(dtype, want) {
-                    is_free[b as usize] = false;
+                    is_free[b] = false;
                     chosen = Some(b);
                 }
             }
             let b = match chosen {
                 Some(b) => b,
                 None => {
+                    capacity.push(0);
+                    last_use.push(0);
+                    is_free.push(false);
                     buffers.push(BufferDesc {
                         dtype,
                         slots: Vec::new(),
                         output: false,
-                        last_use: 0,
-                    });
-                    capacity.push(0);
-                    last_use.push(0);
-                    is_free.push(false);
-                    buffers.len() as u32 - 1
+                        last_use: KernelId::new(0),
+                    })
                 }
             };
-            let bi = b as usize;
-            buffers[bi].slots.push(s);
-            buffers[bi].output |= is_output[s as usize];
-            capacity[bi] = capacity[bi].max(want);
-            last_use[bi] = last_use[bi].max(last[s as usize]);
-            plan.slots[s as usize].buffer = b;
+            buffers[b].slots.push(s);
+            buffers[b].output |= is_output[s];
+            capacity[b] = capacity[b].max(want);
+            last_use[b] = last_use[b].max(last[s]);
+            plan.slots[s].buffer = b;
             taken.push(b);
             if let Some(p) = site {
                 donations.push(Donation {
                     param: p,
-                    kernel: k as u32,
+                    kernel: KernelId::new(k),
                     buffer: b,
-                    output: kernel.outputs.iter().position(|&o| o == s).unwrap_or(0) as u32,
+                    output: kernel.outputs.iter().position(|&o| o == s).unwrap_or(0),
                 });
             }
         }
         // Buffers whose slots are all dead after this kernel (after this group, inside one)
         // become free: those holding a slot that died in that span and none that lives on.
         let died = match group_of(k) {
-            Some(g) if k + 1 < g.end => continue,
-            Some(g) => g.start..=k,
+            Some(g) if k + 1 < g.end.index() => continue,
+            Some(g) => g.start.index()..=k,
             None => k..=k,
         };
         for j in died {
             for &s in &dying_at[j] {
-                let b = plan.slots[s as usize].buffer as usize;
+                let b = plan.slots[s].buffer;
                 if !buffers[b].output && last_use[b] <= k && !is_free[b] {
                     is_free[b] = true;
-                    free.put(buffers[b].dtype, capacity[b], b as u32);
+                    free.put(buffers[b].dtype, capacity[b], b);
                 }
             }
         }
     }
-    for desc in buffers.iter_mut() {
-        desc.last_use = desc
-            .slots
-            .iter()
-            .map(|&s| last[s as usize])
-            .max()
-            .unwrap_or(0);
-        let _ = &def;
+    for desc in buffers.values_mut() {
+        let l = desc.slots.iter().map(|&s| last[s]).max().unwrap_or(0);
+        desc.last_use = KernelId::new(l);
     }
-    plan.releases = vec![SmallVec::new(); n_k];
-    for (b, desc) in buffers.iter().enumerate() {
-        if !desc.output && desc.last_use < n_k {
-            plan.releases[desc.last_use].push(b as u32);
+    plan.releases = IdVec::filled(SmallVec::new(), n_k);
+    for (b, desc) in buffers.iter() {
+        if !desc.output && desc.last_use.index() < n_k {
+            plan.releases[desc.last_use].push(b);
         }
     }
     plan.buffers = buffers;
@@ -301,7 +289,7 @@ pub fn plan_memory(plan: &mut Plan, hint: &[usize], donate: bool) {
 /// Whether a plan may take donations at all: not with fallible kernels (a value error reported
 /// after a parameter was written over could not leave it as it was).
 fn may_donate(plan: &Plan) -> bool {
-    !plan.kernels.iter().any(|k| {
+    !plan.kernels.values().any(|k| {
         matches!(
             k.kind,
             KernelKind::Take { .. } | KernelKind::ScatterAdd { .. }
@@ -312,7 +300,7 @@ fn may_donate(plan: &Plan) -> bool {
 /// The parameters kernel `k` reads only at its outputs' own positions: every read through an
 /// identity view, by an elementwise kernel or a matmul's epilogue (never a matmul operand: a
 /// square operand's view can look like the output's layout).
-fn aligned_params(kernel: &Kernel) -> SmallVec<[u32; 2]> {
+fn aligned_params(kernel: &Kernel) -> SmallVec<[ParamId; 2]> {
     let first_read = match kernel.kind {
         KernelKind::Elementwise { .. } => 0,
         KernelKind::MatMul {
@@ -320,8 +308,8 @@ fn aligned_params(kernel: &Kernel) -> SmallVec<[u32; 2]> {
         } => 2,
         _ => return SmallVec::new(),
     };
-    let mut out: SmallVec<[u32; 2]> = SmallVec::new();
-    for input in &kernel.inputs {
+    let mut out: SmallVec<[ParamId; 2]> = SmallVec::new();
+    for input in kernel.inputs.values() {
         let Source::Param(p) = input.source else {
             continue;
         };
@@ -331,9 +319,8 @@ fn aligned_params(kernel: &Kernel) -> SmallVec<[u32; 2]> {
         let aligned = kernel
             .inputs
             .iter()
-            .enumerate()
             .filter(|(_, i)| i.source == Source::Param(p))
-            .all(|(y, _)| y >= first_read && identity_view(kernel, y));
+            .all(|(y, _)| y.index() >= first_read && identity_view(kernel, y));
         if aligned {
             out.push(p);
         }
@@ -353,22 +340,23 @@ pub fn sink_updates(plan: &mut Plan) -> Vec<usize> {
         return identity;
     }
     let mut last_reader: Vec<usize> = Vec::new();
-    let mut producer: Vec<usize> = vec![usize::MAX; plan.slots.len()];
-    let mut readers: Vec<SmallVec<[usize; 2]>> = vec![SmallVec::new(); plan.slots.len()];
-    for (k, kernel) in plan.kernels.iter().enumerate() {
+    let mut producer: IdVec<SlotId, usize> = IdVec::filled(usize::MAX, plan.slots.len());
+    let mut readers: IdVec<SlotId, SmallVec<[usize; 2]>> =
+        IdVec::filled(SmallVec::new(), plan.slots.len());
+    for (k, kernel) in plan.kernels.values().enumerate() {
         for &s in &kernel.outputs {
-            producer[s as usize] = k;
+            producer[s] = k;
         }
-        for i in &kernel.inputs {
+        for i in kernel.inputs.values() {
             match i.source {
                 Source::Param(p) => {
-                    let p = p as usize;
+                    let p = p.index();
                     if last_reader.len() <= p {
                         last_reader.resize(p + 1, 0);
                     }
                     last_reader[p] = k;
                 }
-                Source::Slot(s) => readers[s as usize].push(k),
+                Source::Slot(s) => readers[s].push(k),
                 _ => {}
             }
         }
@@ -376,10 +364,10 @@ pub fn sink_updates(plan: &mut Plan) -> Vec<usize> {
     // Where each kernel goes: twice its index, or twice the reader it follows, plus one.
     let mut key: Vec<usize> = (0..n).map(|k| 2 * k).collect();
     let mut moved = vec![false; n];
-    for (k, kernel) in plan.kernels.iter().enumerate() {
+    for (k, kernel) in plan.kernels.values().enumerate() {
         let Some(to) = aligned_params(kernel)
             .iter()
-            .map(|&p| last_reader[p as usize])
+            .map(|&p| last_reader[p.index()])
             .max()
             .filter(|&l| l > k)
         else {
@@ -388,9 +376,9 @@ pub fn sink_updates(plan: &mut Plan) -> Vec<usize> {
         let outputs_free = kernel
             .outputs
             .iter()
-            .all(|&s| readers[s as usize].iter().all(|&r| r <= k || r > to));
-        let inputs_fixed = kernel.inputs.iter().all(|i| match i.source {
-            Source::Slot(s) => !moved[producer[s as usize]],
+            .all(|&s| readers[s].iter().all(|&r| r <= k || r > to));
+        let inputs_fixed = kernel.inputs.values().all(|i| match i.source {
+            Source::Slot(s) => !moved[producer[s]],
             _ => true,
         });
         if outputs_free && inputs_fixed {
@@ -407,9 +395,9 @@ pub fn sink_updates(plan: &mut Plan) -> Vec<usize> {
     for (new, &old) in order.iter().enumerate() {
         position[old] = new;
     }
-    let in_order = plan.kernels.iter().enumerate().all(|(k, kernel)| {
-        kernel.inputs.iter().all(|i| match i.source {
-            Source::Slot(s) => position[producer[s as usize]] < position[k],
+    let in_order = plan.kernels.values().enumerate().all(|(k, kernel)| {
+        kernel.inputs.values().all(|i| match i.source {
+            Source::Slot(s) => position[producer[s]] < position[k],
             _ => true,
         })
     });
@@ -417,6 +405,7 @@ pub fn sink_updates(plan: &mut Plan) -> Vec<usize> {
         return identity;
     }
     let mut old: Vec<Option<Kernel>> = std::mem::take(&mut plan.kernels)
+        .into_vec()
         .into_iter()
         .map(Some)
         .collect();
@@ -429,11 +418,11 @@ pub fn sink_updates(plan: &mut Plan) -> Vec<usize> {
 
 /// The kernels that could write over a donated parameter (see [`Donation`]), before row
 /// groups are marked: a group holding one is dropped, so the donation can happen.
-pub fn donation_kernels(plan: &Plan) -> Vec<usize> {
+pub fn donation_kernels(plan: &Plan) -> Vec<KernelId> {
     let none = vec![None; plan.kernels.len()];
-    let mut ks: Vec<usize> = donation_sites(plan, &none)
+    let mut ks: Vec<KernelId> = donation_sites(plan, &none)
         .into_iter()
-        .map(|(k, _, _)| k)
+        .map(|(k, _, _)| KernelId::new(k))
         .collect();
     ks.dedup();
     ks
@@ -442,15 +431,15 @@ pub fn donation_kernels(plan: &Plan) -> Vec<usize> {
 /// The outputs `(kernel, output, parameter)` that a donated parameter could become: see
 /// [`Donation`]; one output per parameter, the parameter read by nothing after, and never a
 /// parameter the plan returns.
-fn donation_sites(plan: &Plan, group_index: &[Option<usize>]) -> Vec<(usize, usize, u32)> {
+fn donation_sites(plan: &Plan, group_index: &[Option<usize>]) -> Vec<(usize, usize, ParamId)> {
     if !may_donate(plan) {
         return Vec::new();
     }
     let mut last_reader: Vec<Option<usize>> = Vec::new();
-    for (k, kernel) in plan.kernels.iter().enumerate() {
-        for i in &kernel.inputs {
+    for (k, kernel) in plan.kernels.values().enumerate() {
+        for i in kernel.inputs.values() {
             if let Source::Param(p) = i.source {
-                let p = p as usize;
+                let p = p.index();
                 if last_reader.len() <= p {
                     last_reader.resize(p + 1, None);
                 }
@@ -458,7 +447,7 @@ fn donation_sites(plan: &Plan, group_index: &[Option<usize>]) -> Vec<(usize, usi
             }
         }
     }
-    let returned: Vec<u32> = plan
+    let returned: Vec<ParamId> = plan
         .outputs
         .iter()
         .filter_map(|o| match o {
@@ -466,14 +455,14 @@ fn donation_sites(plan: &Plan, group_index: &[Option<usize>]) -> Vec<(usize, usi
             OutputRef::Slot(_) => None,
         })
         .collect();
-    let mut out: Vec<(usize, usize, u32)> = Vec::new();
-    for (k, kernel) in plan.kernels.iter().enumerate() {
+    let mut out: Vec<(usize, usize, ParamId)> = Vec::new();
+    for (k, kernel) in plan.kernels.values().enumerate() {
         if group_index[k].is_some() {
             continue;
         }
         let mut params = aligned_params(kernel)
             .into_iter()
-            .filter(|&p| last_reader[p as usize] == Some(k) && !returned.contains(&p));
+            .filter(|&p| last_reader[p.index()] == Some(k) && !returned.contains(&p));
         for j in 0..kernel.outputs.len() {
             match params.next() {
                 Some(p) => out.push((k, j, p)),
@@ -494,20 +483,20 @@ fn donation_sites(plan: &Plan, group_index: &[Option<usize>]) -> Vec<(usize, usi
 /// ```
 pub fn peak_bytes(plan: &Plan, dims: &[usize]) -> usize {
     let n_k = plan.kernels.len();
-    let mut first = vec![usize::MAX; plan.buffers.len()];
-    for (k, kernel) in plan.kernels.iter().enumerate() {
+    let mut first = IdVec::filled(usize::MAX, plan.buffers.len());
+    for (k, kernel) in plan.kernels.values().enumerate() {
         for &s in &kernel.outputs {
-            let b = plan.slots[s as usize].buffer as usize;
+            let b = plan.slots[s].buffer;
             first[b] = first[b].min(k);
         }
     }
-    let bytes: Vec<usize> = plan
+    let bytes: IdVec<BufferId, usize> = plan
         .buffers
-        .iter()
+        .values()
         .map(|d| {
             d.slots
                 .iter()
-                .map(|&s| resolve_shape(&plan.slots[s as usize].shape, dims).numel())
+                .map(|&s| resolve_shape(&plan.slots[s].shape, dims).numel())
                 .max()
                 .unwrap_or(0)
                 * d.dtype.size_bytes()
@@ -518,11 +507,11 @@ pub fn peak_bytes(plan: &Plan, dims: &[usize]) -> usize {
         return 0;
     }
     let mut delta = vec![0i128; n_k + 1];
-    for (b, d) in plan.buffers.iter().enumerate() {
+    for (b, d) in plan.buffers.iter() {
         let end = if d.output {
             n_k - 1
         } else {
-            d.last_use.min(n_k - 1)
+            d.last_use.index().min(n_k - 1)
         };
         if first[b] <= end {
             delta[first[b]] += bytes[b] as i128;

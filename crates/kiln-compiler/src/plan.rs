@@ -6,18 +6,43 @@
 //! `kiln-ir` only.
 
 use kiln_ir::{
-    resolve_shape, ArgReduceOp, Axes, BinaryOp, DType, Dim, Distribution, ReduceOp, Shape,
-    SymShape, UnaryOp,
+    define_id, resolve_shape, ArgReduceOp, Axes, BinaryOp, DType, Dim, Distribution, Id, IdVec,
+    ParamId, ReduceOp, Shape, SymShape, UnaryOp,
 };
 use smallvec::SmallVec;
+
+define_id! {
+    /// A slot of a [`Plan`]: a value one kernel writes ([`Plan::slots`]).
+    pub struct SlotId = "s";
+}
+
+define_id! {
+    /// A buffer of a [`Plan`]: memory hosting slots ([`Plan::buffers`]).
+    pub struct BufferId = "b";
+}
+
+define_id! {
+    /// A kernel of a [`Plan`], numbered in execution order ([`Plan::kernels`]).
+    pub struct KernelId = "k";
+}
+
+define_id! {
+    /// An instruction of a [`Program`], and the value it defines.
+    pub struct RegId = "v";
+}
+
+define_id! {
+    /// An input of a [`Kernel`] ([`Kernel::inputs`]).
+    pub struct InputId = "in";
+}
 
 /// Where a kernel input's elements come from.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Source {
     /// Input data `Bindings::params[i]`, contiguous, read-only.
-    Param(u32),
+    Param(ParamId),
     /// Plan slot `i` (a value a previous kernel wrote), contiguous.
-    Slot(u32),
+    Slot(SlotId),
     /// Virtual: element at linear index `l` of the view's base shape is the coordinate along
     /// `axis` of `l` (row-major), in the input's dtype.
     Iota {
@@ -268,20 +293,20 @@ pub struct Input {
 #[derive(Clone, Debug, PartialEq)]
 pub enum InstOp {
     /// The element of kernel input `i` at the current position.
-    Load(u32),
+    Load(InputId),
     /// Entry `i` of the run-time scalar table (`Bindings::scalars`, then the prelude's
     /// results), converted to the instruction's dtype.
     Scalar(u32),
     /// The accumulated value (matmul epilogues only).
     Acc,
     /// Elementwise unary op of value `x`.
-    Unary(UnaryOp, u32),
+    Unary(UnaryOp, RegId),
     /// Elementwise binary op of values `a` and `b` (equal dtypes).
-    Binary(BinaryOp, u32, u32),
+    Binary(BinaryOp, RegId, RegId),
     /// `c ? a : b` (c is bool).
-    Where(u32, u32, u32),
+    Where(RegId, RegId, RegId),
     /// Conversion of value `x` to the instruction's dtype (rules of `kiln_ir::Op::Cast`).
-    Cast(u32),
+    Cast(RegId),
 }
 
 /// An instruction with its result dtype.
@@ -298,9 +323,9 @@ pub struct Inst {
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct Program {
     /// Instructions in order; operands refer to earlier instructions.
-    pub insts: Vec<Inst>,
+    pub insts: IdVec<RegId, Inst>,
     /// The values the program produces, by result position.
-    pub results: SmallVec<[u32; 1]>,
+    pub results: SmallVec<[RegId; 1]>,
 }
 
 /// What a kernel computes. The *index space* of a kernel is its `space` shape.
@@ -409,9 +434,9 @@ pub struct Kernel {
     /// Its index space (see [`KernelKind`]).
     pub space: SymShape,
     /// Its inputs.
-    pub inputs: Vec<Input>,
+    pub inputs: IdVec<InputId, Input>,
     /// The slots it writes, in result order.
-    pub outputs: SmallVec<[u32; 1]>,
+    pub outputs: SmallVec<[SlotId; 1]>,
 }
 
 /// A value a kernel writes: contiguous, row-major.
@@ -422,7 +447,7 @@ pub struct Slot {
     /// Relative shape.
     pub shape: SymShape,
     /// The buffer holding it (see [`Plan::buffers`]).
-    pub buffer: u32,
+    pub buffer: BufferId,
 }
 
 /// A memory buffer of the plan: it hosts slots whose lifetimes do not overlap (or one slot
@@ -433,20 +458,20 @@ pub struct BufferDesc {
     /// Element type.
     pub dtype: DType,
     /// The slots it hosts.
-    pub slots: Vec<u32>,
+    pub slots: Vec<SlotId>,
     /// True if it holds a plan output (handed to the caller, never reused).
     pub output: bool,
-    /// Index of the kernel after which the buffer is no longer read (for early release).
-    pub last_use: usize,
+    /// The kernel after which the buffer is no longer read (for early release).
+    pub last_use: KernelId,
 }
 
 /// Where a plan output comes from.
 #[derive(Clone, Debug, PartialEq)]
 pub enum OutputRef {
     /// A slot (contiguous, exactly the output's shape).
-    Slot(u32),
+    Slot(SlotId),
     /// An input, returned unchanged.
-    Param(u32),
+    Param(ParamId),
 }
 
 /// The compiled form of a graph: kernels in execution order over slots and buffers.
@@ -456,11 +481,11 @@ pub struct Plan {
     /// table after `Bindings::scalars`. Only `Scalar`, `Unary`, `Binary`, `Where`, `Cast`.
     pub prelude: Program,
     /// The kernels, in order.
-    pub kernels: Vec<Kernel>,
+    pub kernels: IdVec<KernelId, Kernel>,
     /// The slots.
-    pub slots: Vec<Slot>,
+    pub slots: IdVec<SlotId, Slot>,
     /// The buffers.
-    pub buffers: Vec<BufferDesc>,
+    pub buffers: IdVec<BufferId, BufferDesc>,
     /// The outputs, in request order.
     pub outputs: Vec<OutputRef>,
     /// Row groups, in kernel order and disjoint ([`RowGroup`]): only for a
@@ -469,11 +494,11 @@ pub struct Plan {
     /// Per kernel (empty: none): true when every slot the kernel writes is a plan output that
     /// no later kernel reads, so a backend may write it past its caches (non-temporal
     /// stores): nothing of this plan reads it back soon. Set by the memory plan.
-    pub unread_outputs: Vec<bool>,
+    pub unread_outputs: IdVec<KernelId, bool>,
     /// Per kernel (empty: none): the buffers, not plan outputs, whose last use it is, to be
     /// released after it runs. Set by the memory plan (from `BufferDesc::last_use`), so
     /// running a plan does not scan every buffer after every kernel.
-    pub releases: Vec<SmallVec<[u32; 2]>>,
+    pub releases: IdVec<KernelId, SmallVec<[BufferId; 2]>>,
     /// Where a donated parameter may become a buffer (see [`Donation`]). Set by the memory
     /// plan.
     pub donations: Vec<Donation>,
@@ -490,13 +515,13 @@ pub struct Plan {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Donation {
     /// The parameter.
-    pub param: u32,
+    pub param: ParamId,
     /// The kernel.
-    pub kernel: u32,
+    pub kernel: KernelId,
     /// The buffer it creates.
-    pub buffer: u32,
-    /// The kernel's output writing that buffer.
-    pub output: u32,
+    pub buffer: BufferId,
+    /// The position, in the kernel's outputs, of the output writing that buffer.
+    pub output: usize,
 }
 
 impl Plan {
@@ -506,8 +531,8 @@ impl Plan {
     /// let p = kiln_compiler::Plan::default();
     /// assert!(p.kernels.is_empty());
     /// ```
-    pub fn slot_shape(&self, s: u32, dims: &[usize]) -> Shape {
-        resolve_shape(&self.slots[s as usize].shape, dims)
+    pub fn slot_shape(&self, s: SlotId, dims: &[usize]) -> Shape {
+        resolve_shape(&self.slots[s].shape, dims)
     }
 }
 
@@ -555,9 +580,9 @@ impl Plan {
 
     /// The checks of [`Plan::verify`]; the slots' buffers only when `buffers`.
     fn check(&self, buffers: bool) -> Result<(), String> {
-        let mut written = vec![false; self.slots.len()];
-        for (k, kernel) in self.kernels.iter().enumerate() {
-            let fail = |m: String| Err(format!("kernel {k}: {m}"));
+        let mut written = IdVec::filled(false, self.slots.len());
+        for (k, kernel) in self.kernels.iter() {
+            let fail = |m: String| Err(format!("kernel {}: {m}", k.index()));
             let program = match &kernel.kind {
                 KernelKind::Elementwise { program }
                 | KernelKind::Reduce { program, .. }
@@ -566,38 +591,37 @@ impl Plan {
                 _ => None,
             };
             if let Some(p) = program {
-                for (i, inst) in p.insts.iter().enumerate() {
-                    let ops: SmallVec<[u32; 3]> = match inst.op {
-                        InstOp::Unary(_, x) | InstOp::Cast(x) => [x].into_iter().collect(),
-                        InstOp::Binary(_, a, b) => [a, b].into_iter().collect(),
-                        InstOp::Where(c, a, b) => [c, a, b].into_iter().collect(),
-                        InstOp::Load(x) => {
-                            if x as usize >= kernel.inputs.len() {
-                                return fail(format!("load of missing input {x}"));
-                            }
-                            SmallVec::new()
+                for (i, inst) in p.insts.iter() {
+                    if let InstOp::Load(x) = inst.op {
+                        if !kernel.inputs.contains(x) {
+                            return fail(format!("load of missing input {}", x.index()));
                         }
-                        _ => SmallVec::new(),
-                    };
-                    if ops.iter().any(|&o| o as usize >= i) {
-                        return fail(format!("instruction {i} reads a later value"));
+                    }
+                    if inst.op.operands().iter().any(|&o| o >= i) {
+                        return fail(format!("instruction {} reads a later value", i.index()));
                     }
                 }
+                if p.results.iter().any(|&r| !p.insts.contains(r)) {
+                    return fail("a result is not an instruction of the program".into());
+                }
                 let over_space = !matches!(kernel.kind, KernelKind::MatMul { .. });
-                for (x, input) in kernel.inputs.iter().enumerate() {
-                    let in_program = over_space || x >= 2;
+                for (x, input) in kernel.inputs.iter() {
+                    let in_program = over_space || x.index() >= 2;
                     if in_program && input.view.shape() != kernel.space {
-                        return fail(format!("input {x} view shape differs from the index space"));
+                        return fail(format!(
+                            "input {} view shape differs from the index space",
+                            x.index()
+                        ));
                     }
                 }
             }
-            for input in &kernel.inputs {
+            for input in kernel.inputs.values() {
                 if let Source::Slot(s) = input.source {
-                    if !written.get(s as usize).copied().unwrap_or(false) {
-                        return fail(format!("slot {s} read before it is written"));
+                    if !written.get(s).copied().unwrap_or(false) {
+                        return fail(format!("slot {} read before it is written", s.index()));
                     }
-                    if self.slots[s as usize].dtype != input.dtype {
-                        return fail(format!("slot {s} read with the wrong dtype"));
+                    if self.slots[s].dtype != input.dtype {
+                        return fail(format!("slot {} read with the wrong dtype", s.index()));
                     }
                 }
             }
@@ -613,28 +637,28 @@ impl Plan {
             for &s in &kernel.outputs {
                 let slot = self
                     .slots
-                    .get(s as usize)
-                    .ok_or_else(|| format!("kernel {k}: missing slot {s}"))?;
-                if written[s as usize] {
-                    return fail(format!("slot {s} written twice"));
+                    .get(s)
+                    .ok_or_else(|| format!("kernel {}: missing slot {}", k.index(), s.index()))?;
+                if written[s] {
+                    return fail(format!("slot {} written twice", s.index()));
                 }
-                written[s as usize] = true;
+                written[s] = true;
                 if !buffers {
                     continue;
                 }
                 let b = self
                     .buffers
-                    .get(slot.buffer as usize)
-                    .ok_or_else(|| format!("slot {s} has no buffer"))?;
+                    .get(slot.buffer)
+                    .ok_or_else(|| format!("slot {} has no buffer", s.index()))?;
                 if b.dtype != slot.dtype {
-                    return fail(format!("slot {s} in a buffer of another dtype"));
+                    return fail(format!("slot {} in a buffer of another dtype", s.index()));
                 }
             }
         }
         for o in &self.outputs {
             if let OutputRef::Slot(s) = o {
-                if !written[*s as usize] {
-                    return Err(format!("output slot {s} is never written"));
+                if !written.get(*s).copied().unwrap_or(false) {
+                    return Err(format!("output slot {} is never written", s.index()));
                 }
             }
         }
@@ -655,18 +679,22 @@ impl Plan {
                 self.kernels.len()
             ));
         }
-        for (k, kernel) in self.kernels.iter().enumerate() {
+        for (k, kernel) in self.kernels.iter() {
             if !self.unread_outputs[k] {
                 continue;
             }
             for &s in &kernel.outputs {
                 let output = self.outputs.contains(&OutputRef::Slot(s));
-                let read_later = self.kernels[k + 1..]
+                let read_later = self
+                    .kernels
                     .iter()
-                    .any(|l| l.inputs.iter().any(|i| i.source == Source::Slot(s)));
+                    .filter(|(l, _)| *l > k)
+                    .any(|(_, l)| l.inputs.values().any(|i| i.source == Source::Slot(s)));
                 if !output || read_later {
                     return Err(format!(
-                        "kernel {k} is marked as writing unread outputs, but slot {s} is {}",
+                        "kernel {} is marked as writing unread outputs, but slot {} is {}",
+                        k.index(),
+                        s.index(),
                         if output {
                             "read later"
                         } else {
@@ -681,15 +709,18 @@ impl Plan {
 
     /// The invariants of [`RowGroup`] that the plan alone shows.
     fn verify_groups(&self) -> Result<(), String> {
-        let mut next = 0;
+        let mut next = KernelId::new(0);
         for (g, group) in self.groups.iter().enumerate() {
             let fail = |m: String| Err(format!("row group {g}: {m}"));
-            if group.start < next || group.end <= group.start || group.end > self.kernels.len() {
+            if group.start < next
+                || group.end <= group.start
+                || group.end.index() > self.kernels.len()
+            {
                 return fail(format!("kernels {}..{}", group.start, group.end));
             }
             next = group.end;
-            let kernels = &self.kernels[group.start..group.end];
-            let written: Vec<u32> = kernels.iter().flat_map(|k| k.outputs.clone()).collect();
+            let kernels: Vec<&Kernel> = group.kernels().map(|k| &self.kernels[k]).collect();
+            let written: Vec<SlotId> = kernels.iter().flat_map(|k| k.outputs.clone()).collect();
             for kernel in kernels {
                 let fits = kernel.space.len() >= 2
                     && kernel.space[0] == group.rows
@@ -701,7 +732,7 @@ impl Plan {
                 if !fits {
                     return fail(format!("kernel over {:?} cannot join", kernel.space));
                 }
-                for input in &kernel.inputs {
+                for input in kernel.inputs.values() {
                     let inner = matches!(input.source, Source::Slot(s) if written.contains(&s));
                     if inner && !row_aligned(&input.view, group.rows) {
                         return fail(format!("{:?} is not read row by row", input.source));
@@ -710,6 +741,25 @@ impl Plan {
             }
         }
         Ok(())
+    }
+}
+
+impl InstOp {
+    /// The values the instruction reads (none for `Load`, `Scalar` and `Acc`).
+    ///
+    /// ```
+    /// use kiln_compiler::{plan::RegId, InstOp};
+    /// use kiln_ir::{BinaryOp, Id};
+    /// let (a, b) = (RegId::new(0), RegId::new(1));
+    /// assert_eq!(&InstOp::Binary(BinaryOp::Add, a, b).operands()[..], &[a, b]);
+    /// ```
+    pub fn operands(&self) -> SmallVec<[RegId; 3]> {
+        match *self {
+            InstOp::Unary(_, x) | InstOp::Cast(x) => [x].into_iter().collect(),
+            InstOp::Binary(_, a, b) => [a, b].into_iter().collect(),
+            InstOp::Where(c, a, b) => [c, a, b].into_iter().collect(),
+            InstOp::Load(_) | InstOp::Scalar(_) | InstOp::Acc => SmallVec::new(),
+        }
     }
 }
 
@@ -727,7 +777,7 @@ impl Plan {
 ///
 /// ```
 /// use kiln_compiler::{compile_for, Target};
-/// use kiln_ir::{build, BinaryOp, HostData, LazyExpr, ReduceOp, Shape};
+/// use kiln_ir::{build, BinaryOp, HostData, Id, LazyExpr, ReduceOp, Shape};
 /// // x - max(x, axis=1): a row reduction, then a pass reading its result per row
 /// let x = build::data(HostData::from(vec![1.0f32; 8]), Shape::from([2, 4])).unwrap();
 /// let m = build::reduce(ReduceOp::Max, &x, Some(&[1]), true).unwrap();
@@ -736,16 +786,42 @@ impl Plan {
 /// let t = Target { row_groups: true, ..Target::default() };
 /// let c = compile_for(&LazyExpr::from_roots(&[&y]), t).unwrap();
 /// let g = &c.plan.groups[0];
-/// assert_eq!((g.start, g.end), (0, 2));
+/// assert_eq!((g.start.index(), g.end.index()), (0, 2));
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RowGroup {
     /// The first kernel.
-    pub start: usize,
+    pub start: KernelId,
     /// One past the last kernel.
-    pub end: usize,
+    pub end: KernelId,
     /// The leading dimension every kernel's space shares.
     pub rows: Dim,
+}
+
+impl RowGroup {
+    /// The group's kernels, in order.
+    ///
+    /// ```
+    /// use kiln_compiler::{plan::KernelId, RowGroup};
+    /// use kiln_ir::{Dim, Id};
+    /// let g = RowGroup { start: KernelId::new(2), end: KernelId::new(4), rows: Dim::Sym(0) };
+    /// assert_eq!(g.kernels().map(|k| k.index()).collect::<Vec<_>>(), [2, 3]);
+    /// ```
+    pub fn kernels(&self) -> impl DoubleEndedIterator<Item = KernelId> + ExactSizeIterator {
+        (self.start.index()..self.end.index()).map(KernelId::new)
+    }
+
+    /// Whether kernel `k` belongs to the group.
+    ///
+    /// ```
+    /// use kiln_compiler::{plan::KernelId, RowGroup};
+    /// use kiln_ir::{Dim, Id};
+    /// let g = RowGroup { start: KernelId::new(2), end: KernelId::new(4), rows: Dim::Sym(0) };
+    /// assert!(g.contains(KernelId::new(3)) && !g.contains(KernelId::new(4)));
+    /// ```
+    pub fn contains(&self, k: KernelId) -> bool {
+        self.start <= k && k < self.end
+    }
 }
 
 /// Whether a view over a kernel's space reads, at row `r` of the space, only row `r` of its

@@ -6,18 +6,19 @@
 //! or 1) is part of the graph-cache key. `x - x → 0` and float `x + 0 → x` are *not*
 //! applied: they change NaN, inf and -0.0 results.
 //!
-//! Depends on [`crate::graph`] and `kiln-ir`.
+//! Depends on `kiln-ir` only.
 
-use crate::graph::{GNode, Graph};
-use kiln_ir::{scalar_key_value, BinaryOp, DType, Dim, Op, UnaryOp};
+use kiln_ir::{
+    scalar_key_value, BinaryOp, DType, Dim, ExprNode, Graph, IdVec, NodeId, Op, UnaryOp,
+};
 use smallvec::SmallVec;
 use std::hash::BuildHasher;
 
 /// The value of a node that is a scalar (possibly reshaped/broadcast) whose key class is
 /// exact, i.e. `-0.0`, `0` or `1`.
-fn const_class(g: &[GNode], mut i: u32) -> Option<f64> {
+fn const_class(g: &IdVec<NodeId, ExprNode>, mut i: NodeId) -> Option<f64> {
     loop {
-        let n = &g[i as usize];
+        let n = &g[i];
         match &n.op {
             Op::Reshape | Op::BroadcastTo => i = n.inputs[0],
             Op::Scalar(s) => return scalar_key_value(*s),
@@ -65,9 +66,8 @@ fn lossless(from: DType, to: DType) -> bool {
 /// One simplification step on node `n` (operands already rewritten): `Ok(i)` means "use
 /// existing node `i` instead", `Err(n)` the (possibly changed) node to keep.
 #[allow(clippy::result_large_err)] // `Err` is the rewritten node, not an error
-fn simplify(g: &[GNode], mut n: GNode) -> Result<u32, GNode> {
-    let same_type =
-        |i: u32, n: &GNode| g[i as usize].dtype == n.dtype && g[i as usize].sym == n.sym;
+fn simplify(g: &IdVec<NodeId, ExprNode>, mut n: ExprNode) -> Result<NodeId, ExprNode> {
+    let same_type = |i: NodeId, n: &ExprNode| g[i].dtype == n.dtype && g[i].sym == n.sym;
     match n.op.clone() {
         Op::Binary(op) => {
             let (a, b) = (n.inputs[0], n.inputs[1]);
@@ -93,7 +93,7 @@ fn simplify(g: &[GNode], mut n: GNode) -> Result<u32, GNode> {
             Err(n)
         }
         Op::Unary(UnaryOp::Neg) => {
-            let x = &g[n.inputs[0] as usize];
+            let x = &g[n.inputs[0]];
             if x.op == Op::Unary(UnaryOp::Neg) {
                 return Ok(x.inputs[0]);
             }
@@ -107,13 +107,13 @@ fn simplify(g: &[GNode], mut n: GNode) -> Result<u32, GNode> {
             Err(n)
         }
         Op::Cast => {
-            let x = &g[n.inputs[0] as usize];
+            let x = &g[n.inputs[0]];
             if x.dtype == n.dtype {
                 return Ok(n.inputs[0]);
             }
             if x.op == Op::Cast {
                 let inner = x.inputs[0];
-                let src = g[inner as usize].dtype;
+                let src = g[inner].dtype;
                 if src == n.dtype && lossless(src, x.dtype) {
                     return Ok(inner);
                 }
@@ -121,20 +121,20 @@ fn simplify(g: &[GNode], mut n: GNode) -> Result<u32, GNode> {
             Err(n)
         }
         Op::Reshape => {
-            let x = &g[n.inputs[0] as usize];
+            let x = &g[n.inputs[0]];
             if x.sym == n.sym && x.shape == n.shape {
                 return Ok(n.inputs[0]);
             }
             if x.op == Op::Reshape {
                 n.inputs[0] = x.inputs[0];
-                if g[x.inputs[0] as usize].shape == n.shape {
+                if g[x.inputs[0]].shape == n.shape {
                     return Ok(x.inputs[0]);
                 }
             }
             Err(n)
         }
         Op::BroadcastTo => {
-            let x = &g[n.inputs[0] as usize];
+            let x = &g[n.inputs[0]];
             if x.shape == n.shape {
                 return Ok(n.inputs[0]);
             }
@@ -144,8 +144,8 @@ fn simplify(g: &[GNode], mut n: GNode) -> Result<u32, GNode> {
             Err(n)
         }
         Op::Permute(p) => {
-            let x = &g[n.inputs[0] as usize];
-            let (src, perm): (u32, SmallVec<[usize; 4]>) = match &x.op {
+            let x = &g[n.inputs[0]];
+            let (src, perm): (NodeId, SmallVec<[usize; 4]>) = match &x.op {
                 Op::Permute(q) => (x.inputs[0], p.iter().map(|&a| q[a]).collect()),
                 _ => (n.inputs[0], p.clone()),
             };
@@ -157,7 +157,7 @@ fn simplify(g: &[GNode], mut n: GNode) -> Result<u32, GNode> {
             Err(n)
         }
         Op::Slice { start, step } => {
-            let x = &g[n.inputs[0] as usize];
+            let x = &g[n.inputs[0]];
             if let Op::Slice {
                 start: s1,
                 step: t1,
@@ -199,22 +199,23 @@ const MAX_REWRITE_ROUNDS: usize = 64;
 /// let e2 = build::unary(UnaryOp::Exp, &a).unwrap(); // same structure: CSE merges it
 /// let y = build::binary(BinaryOp::Add, &e1, &e2).unwrap();
 /// let y = build::binary_scalar(BinaryOp::Mul, &y, Scalar::Float(1.0), false).unwrap(); // x*1 → x
-/// let g = kiln_compiler::Graph::from_expr(&LazyExpr::from_roots(&[&y]));
+/// let g = LazyExpr::from_roots(&[&y]).graph;
 /// let (g2, _) = kiln_compiler::rewrite::optimize(&g);
 /// assert_eq!(g2.nodes.len(), 3); // a, exp, add
 /// ```
-pub fn optimize(g: &Graph) -> (Graph, Vec<Option<u32>>) {
-    let mut out: Vec<GNode> = Vec::with_capacity(g.nodes.len());
-    let mut map: Vec<u32> = Vec::with_capacity(g.nodes.len());
+pub fn optimize(g: &Graph) -> (Graph, IdVec<NodeId, Option<NodeId>>) {
+    let mut out: IdVec<NodeId, ExprNode> = IdVec::with_capacity(g.nodes.len());
+    let mut map: IdVec<NodeId, NodeId> = IdVec::with_capacity(g.nodes.len());
     // CSE: nodes equal in every field (op and its attributes, scalars by bits, dtype, shapes,
     // operands, binding) are one node. Scalars, parameters and random streams have distinct
     // bindings, so they are never merged by value.
     let hasher = hashbrown::DefaultHashBuilder::default();
-    let mut table: hashbrown::HashTable<u32> = hashbrown::HashTable::with_capacity(g.nodes.len());
-    for n in &g.nodes {
+    let mut table: hashbrown::HashTable<NodeId> =
+        hashbrown::HashTable::with_capacity(g.nodes.len());
+    for n in g.nodes.values() {
         let mut n = n.clone();
         for i in n.inputs.iter_mut() {
-            *i = map[*i as usize];
+            *i = map[*i];
         }
         // Apply rules to a fixed point (each rule strictly shrinks or stops; the bound is a
         // guard: a rule pair that undid each other would stop here instead of spinning).
@@ -227,64 +228,62 @@ pub fn optimize(g: &Graph) -> (Graph, Vec<Option<u32>>) {
                 Err(m) if m != before && rounds < MAX_REWRITE_ROUNDS => n = m,
                 Err(m) => {
                     let h = hasher.hash_one(&m);
-                    if let Some(&e) = table.find(h, |&e| out[e as usize] == m) {
+                    if let Some(&e) = table.find(h, |&e| out[e] == m) {
                         break e;
                     }
-                    out.push(m);
-                    let i = out.len() as u32 - 1;
-                    table.insert_unique(h, i, |&e| hasher.hash_one(&out[e as usize]));
+                    let i = out.push(m);
+                    table.insert_unique(h, i, |&e| hasher.hash_one(&out[e]));
                     break i;
                 }
             }
         };
         map.push(idx);
     }
-    let outputs: Vec<u32> = g.outputs.iter().map(|&o| map[o as usize]).collect();
+    let outputs: Vec<NodeId> = g.outputs.iter().map(|&o| map[o]).collect();
     let simplified = Graph {
         nodes: out,
         outputs,
     };
     let (g2, live) = eliminate_dead(&simplified);
-    let remap = map.iter().map(|&m| live[m as usize]).collect();
+    let remap = map.values().map(|&m| live[m]).collect();
     (g2, remap)
 }
 
-/// Removes nodes no output depends on; returns the new graph and old → new indices.
+/// Removes nodes no output depends on; returns the new graph and old → new ids.
 ///
 /// ```
 /// # use kiln_ir::{build, HostData, LazyExpr, Shape};
 /// let a = build::data(HostData::from(vec![1i32]), Shape::from([1])).unwrap();
-/// let g = kiln_compiler::Graph::from_expr(&LazyExpr::from_roots(&[&a]));
+/// let g = LazyExpr::from_roots(&[&a]).graph;
 /// assert_eq!(kiln_compiler::rewrite::eliminate_dead(&g).0.nodes.len(), 1);
 /// ```
-pub fn eliminate_dead(g: &Graph) -> (Graph, Vec<Option<u32>>) {
-    let mut alive = vec![false; g.nodes.len()];
+pub fn eliminate_dead(g: &Graph) -> (Graph, IdVec<NodeId, Option<NodeId>>) {
+    let mut alive = IdVec::filled(false, g.nodes.len());
     for &o in &g.outputs {
-        alive[o as usize] = true;
+        alive[o] = true;
     }
-    for i in (0..g.nodes.len()).rev() {
+    for (i, n) in g.nodes.iter().rev() {
         if alive[i] {
-            for &j in &g.nodes[i].inputs {
-                alive[j as usize] = true;
+            for &j in &n.inputs {
+                alive[j] = true;
             }
         }
     }
-    let mut remap = vec![None; g.nodes.len()];
-    let mut nodes = Vec::new();
-    for (i, n) in g.nodes.iter().enumerate() {
+    let mut remap = IdVec::filled(None, g.nodes.len());
+    let mut nodes = IdVec::new();
+    for (i, n) in g.nodes.iter() {
         if alive[i] {
             let mut n = n.clone();
             for j in n.inputs.iter_mut() {
-                *j = remap[*j as usize].expect("operands precede users");
+                *j = remap[*j].expect("operands precede users");
             }
-            remap[i] = Some(nodes.len() as u32);
-            nodes.push(n);
+            remap[i] = Some(nodes.push(n));
         }
     }
     let outputs = g
         .outputs
         .iter()
-        .map(|&o| remap[o as usize].expect("outputs are alive"))
+        .map(|&o| remap[o].expect("outputs are alive"))
         .collect();
     (Graph { nodes, outputs }, remap)
 }

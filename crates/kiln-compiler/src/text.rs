@@ -1,6 +1,6 @@
-//! The text form of the compiler's working [`Graph`] and of a [`Plan`]: one line per node,
-//! kernel input, instruction, slot and buffer, in index order, with nothing that changes
-//! between runs (no addresses, no hash-map order).
+//! The text form of a [`Plan`]: one line per kernel, kernel input, instruction, slot and
+//! buffer, in id order, with nothing that changes between runs (no addresses, no hash-map
+//! order). The graph's own text form is `kiln_ir::Graph`'s `Display`, in the same notation.
 //! File tests (`crates/kiln-compiler/tests/filetests.rs`) compare what the passes made of a
 //! graph with the expected text in `tests/snapshots/`.
 //!
@@ -20,24 +20,16 @@
 //! Sizes are relative ([`kiln_ir::Dim`]): `d3` is symbol 3 of the binding, `0` and `1` are
 //! literal.
 //!
-//! Depends on [`crate::graph`], [`crate::plan`] and `kiln-ir`.
+//! Depends on [`crate::plan`] and `kiln-ir`.
 
 use std::fmt::{self, Write};
 
-use crate::graph::Graph;
 use crate::plan::{InstOp, KernelKind, OutputRef, Plan, Program, Source, View, ViewOp};
-use kiln_ir::{Dim, SymShape};
+use kiln_ir::{sym_text, Id, SymShape};
 
 /// `[d0, 1, d2]`.
 fn shape(s: &SymShape) -> String {
-    let dims: Vec<String> = s
-        .iter()
-        .map(|d| match d {
-            Dim::Const(c) => c.to_string(),
-            Dim::Sym(i) => format!("d{i}"),
-        })
-        .collect();
-    format!("[{}]", dims.join(", "))
+    sym_text(s)
 }
 
 /// A list of numbers as `[a, b]`.
@@ -72,8 +64,8 @@ fn view(v: &View) -> String {
 
 fn source(s: &Source) -> String {
     match s {
-        Source::Param(p) => format!("param {p}"),
-        Source::Slot(s) => format!("s{s}"),
+        Source::Param(p) => format!("param {}", p.index()),
+        Source::Slot(s) => s.to_string(),
         Source::Iota { axis } => format!("iota axis={axis}"),
         Source::Random { dist, seed } => format!("random {dist:?} seed={seed}"),
     }
@@ -82,61 +74,20 @@ fn source(s: &Source) -> String {
 /// Writes `program`'s instructions (values `v0`, `v1`, …) and results, each line indented
 /// by `indent`; scalar-table entries are `t3`, kernel inputs `in2`.
 fn program(f: &mut fmt::Formatter<'_>, p: &Program, indent: &str) -> fmt::Result {
-    for (i, inst) in p.insts.iter().enumerate() {
+    for (i, inst) in p.insts.iter() {
         let op = match &inst.op {
-            InstOp::Load(s) => format!("load in{s}"),
+            InstOp::Load(s) => format!("load {s}"),
             InstOp::Scalar(s) => format!("scalar t{s}"),
             InstOp::Acc => "acc".to_string(),
-            InstOp::Unary(op, x) => format!("{} v{x}", op.name()),
-            InstOp::Binary(op, a, b) => format!("{} v{a} v{b}", op.name()),
-            InstOp::Where(c, a, b) => format!("where v{c} v{a} v{b}"),
-            InstOp::Cast(x) => format!("cast v{x}"),
+            InstOp::Unary(op, x) => format!("{} {x}", op.name()),
+            InstOp::Binary(op, a, b) => format!("{} {a} {b}", op.name()),
+            InstOp::Where(c, a, b) => format!("where {c} {a} {b}"),
+            InstOp::Cast(x) => format!("cast {x}"),
         };
-        writeln!(f, "{indent}v{i} = {op} : {}", inst.dtype)?;
+        writeln!(f, "{indent}{i} = {op} : {}", inst.dtype)?;
     }
-    let results: Vec<String> = p.results.iter().map(|r| format!("v{r}")).collect();
+    let results: Vec<String> = p.results.iter().map(ToString::to_string).collect();
     writeln!(f, "{indent}results {}", results.join(" "))
-}
-
-/// The graph, one node per line (`%i = op operands : dtype shape (sizes)`), then its outputs.
-///
-/// ```
-/// use kiln_ir::{build, HostData, LazyExpr, Shape, UnaryOp};
-/// let a = build::data(HostData::from(vec![1.0f32; 6]), Shape::from([2, 3])).unwrap();
-/// let y = build::unary(UnaryOp::Exp, &a).unwrap();
-/// let g = kiln_compiler::Graph::from_expr(&LazyExpr::from_roots(&[&y]));
-/// assert_eq!(
-///     g.to_string(),
-///     "%0 = param 0 : float32 [d0, d1] (2x3)\n%1 = exp %0 : float32 [d0, d1] (2x3)\noutputs %1\n"
-/// );
-/// ```
-impl fmt::Display for Graph {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, n) in self.nodes.iter().enumerate() {
-            write!(f, "%{i} = {}", n.op)?;
-            let uses_binding = matches!(n.op, kiln_ir::Op::Random { .. });
-            if let (true, Some(b)) = (uses_binding, n.binding) {
-                write!(f, " seed={b}")?;
-            }
-            for x in &n.inputs {
-                write!(f, " %{x}")?;
-            }
-            let sizes: Vec<String> = n.shape.dims().iter().map(ToString::to_string).collect();
-            writeln!(
-                f,
-                " : {} {} ({})",
-                n.dtype,
-                shape(&n.sym),
-                if sizes.is_empty() {
-                    "scalar".to_string()
-                } else {
-                    sizes.join("x")
-                }
-            )?;
-        }
-        let outs: Vec<String> = self.outputs.iter().map(|o| format!("%{o}")).collect();
-        writeln!(f, "outputs {}", outs.join(" "))
-    }
 }
 
 /// The plan: its prelude, each kernel with its inputs and program, the slots, buffers,
@@ -157,7 +108,7 @@ impl fmt::Display for Plan {
             writeln!(f, "prelude")?;
             program(f, &self.prelude, "  ")?;
         }
-        for (k, kernel) in self.kernels.iter().enumerate() {
+        for (k, kernel) in self.kernels.iter() {
             let kind = match &kernel.kind {
                 KernelKind::Elementwise { .. } => "elementwise".to_string(),
                 KernelKind::Reduce { op, axes, .. } => {
@@ -171,17 +122,17 @@ impl fmt::Display for Plan {
                 KernelKind::TopK { k, indices } => format!("top_k k={k} indices={indices:?}"),
                 KernelKind::Concat { axis } => format!("concat axis={axis}"),
             };
-            let outs: Vec<String> = kernel.outputs.iter().map(|s| format!("s{s}")).collect();
+            let outs: Vec<String> = kernel.outputs.iter().map(ToString::to_string).collect();
             writeln!(
                 f,
-                "k{k} {kind} {} -> {}",
+                "{k} {kind} {} -> {}",
                 shape(&kernel.space),
                 outs.join(" ")
             )?;
-            for (i, input) in kernel.inputs.iter().enumerate() {
+            for (i, input) in kernel.inputs.iter() {
                 writeln!(
                     f,
-                    "  in{i} = {} : {} {}",
+                    "  {i} = {} : {} {}",
                     source(&input.source),
                     input.dtype,
                     view(&input.view)
@@ -199,20 +150,20 @@ impl fmt::Display for Plan {
                 | KernelKind::Concat { .. } => {}
             }
         }
-        for (i, s) in self.slots.iter().enumerate() {
-            writeln!(f, "s{i} : {} {} in b{}", s.dtype, shape(&s.shape), s.buffer)?;
+        for (i, s) in self.slots.iter() {
+            writeln!(f, "{i} : {} {} in {}", s.dtype, shape(&s.shape), s.buffer)?;
         }
-        for (i, b) in self.buffers.iter().enumerate() {
-            let slots: Vec<String> = b.slots.iter().map(|s| format!("s{s}")).collect();
+        for (i, b) in self.buffers.iter() {
+            let slots: Vec<String> = b.slots.iter().map(ToString::to_string).collect();
             // A buffer read to the end of the run (an output) has no last kernel.
-            let last = if b.last_use < self.kernels.len() {
-                format!("k{}", b.last_use)
+            let last = if self.kernels.contains(b.last_use) {
+                b.last_use.to_string()
             } else {
                 "end".to_string()
             };
             writeln!(
                 f,
-                "b{i} : {} slots {} last {last}{}",
+                "{i} : {} slots {} last {last}{}",
                 b.dtype,
                 slots.join(" "),
                 if b.output { " output" } else { "" }
@@ -220,7 +171,7 @@ impl fmt::Display for Plan {
         }
         for g in &self.groups {
             let rows = shape(&[g.rows].into_iter().collect());
-            let kernels: Vec<String> = (g.start..g.end).map(|k| format!("k{k}")).collect();
+            let kernels: Vec<String> = g.kernels().map(|k| k.to_string()).collect();
             writeln!(
                 f,
                 "group {} rows {}",
@@ -228,18 +179,17 @@ impl fmt::Display for Plan {
                 &rows[1..rows.len() - 1]
             )?;
         }
-        for (k, released) in self.releases.iter().enumerate() {
+        for (k, released) in self.releases.iter() {
             if !released.is_empty() {
-                let bs: Vec<String> = released.iter().map(|b| format!("b{b}")).collect();
-                writeln!(f, "release after k{k}: {}", bs.join(" "))?;
+                let bs: Vec<String> = released.iter().map(ToString::to_string).collect();
+                writeln!(f, "release after {k}: {}", bs.join(" "))?;
             }
         }
         let unread: Vec<String> = self
             .unread_outputs
             .iter()
-            .enumerate()
             .filter(|(_, &u)| u)
-            .map(|(k, _)| format!("k{k}"))
+            .map(|(k, _)| k.to_string())
             .collect();
         if !unread.is_empty() {
             writeln!(f, "unread outputs {}", unread.join(" "))?;
@@ -247,16 +197,19 @@ impl fmt::Display for Plan {
         for d in &self.donations {
             writeln!(
                 f,
-                "donate param {} -> b{} at k{} output {}",
-                d.param, d.buffer, d.kernel, d.output
+                "donate param {} -> {} at {} output {}",
+                d.param.index(),
+                d.buffer,
+                d.kernel,
+                d.output
             )?;
         }
         let outs: Vec<String> = self
             .outputs
             .iter()
             .map(|o| match o {
-                OutputRef::Slot(s) => format!("s{s}"),
-                OutputRef::Param(p) => format!("param {p}"),
+                OutputRef::Slot(s) => s.to_string(),
+                OutputRef::Param(p) => format!("param {}", p.index()),
             })
             .collect();
         writeln!(f, "outputs {}", outs.join(" "))

@@ -78,18 +78,18 @@ fn text(c: &Compiled) -> String {
 }
 
 fn kinds(c: &Compiled) -> Vec<&'static str> {
-    c.plan.kernels.iter().map(|k| k.kind.name()).collect()
+    c.plan.kernels.values().map(|k| k.kind.name()).collect()
 }
 
 /// How many `exp` instructions each kernel's program holds.
 fn exps_per_kernel(c: &Compiled) -> Vec<usize> {
     c.plan
         .kernels
-        .iter()
+        .values()
         .map(|k| match &k.kind {
             KernelKind::Reduce { program, .. } | KernelKind::Elementwise { program } => program
                 .insts
-                .iter()
+                .values()
                 .filter(|i| matches!(i.op, kiln_compiler::InstOp::Unary(UnaryOp::Exp, _)))
                 .count(),
             _ => 0,
@@ -98,7 +98,7 @@ fn exps_per_kernel(c: &Compiled) -> Vec<usize> {
 }
 
 fn op_names(c: &Compiled) -> Vec<&'static str> {
-    c.graph.nodes.iter().map(|n| n.op.name()).collect()
+    c.graph.nodes.values().map(|n| n.op.name()).collect()
 }
 
 macro_rules! check {
@@ -124,7 +124,10 @@ fn rewrite_identities_fold() {
     );
     let c = compiled(&[&y], plain());
     assert_eq!(op_names(&c), ["param"]);
-    assert_eq!(c.plan.outputs, [OutputRef::Param(0)]);
+    assert_eq!(
+        c.plan.outputs,
+        [OutputRef::Param(kiln_ir::ParamId::from_u32(0))]
+    );
     check!("rewrite_identities_fold", c);
 }
 
@@ -352,7 +355,7 @@ fn fuse_row_softmax_with_side_outputs() {
     let side = c
         .plan
         .kernels
-        .iter()
+        .values()
         .any(|k| matches!(k.kind, KernelKind::Reduce { .. }) && k.outputs.len() == 2);
     assert!(side, "the sum stores exp(x - max) as a side output");
     check!("fuse_row_softmax_with_side_outputs", c);
@@ -526,7 +529,7 @@ fn fuse_splits_kernels_over_the_input_limit() {
         ..Target::default()
     };
     let c = compiled(&[&y], t);
-    assert!(c.plan.kernels.iter().all(|k| k.inputs.len() <= 3));
+    assert!(c.plan.kernels.values().all(|k| k.inputs.len() <= 3));
     assert!(c.plan.kernels.len() >= 3);
     check!("fuse_splits_kernels_over_the_input_limit", c);
 }
@@ -535,7 +538,10 @@ fn fuse_splits_kernels_over_the_input_limit() {
 fn fuse_output_that_is_an_input_needs_no_kernel() {
     let a = input(&[4]);
     let c = compiled(&[&a, &un(UnaryOp::Exp, &a)], plain());
-    assert_eq!(c.plan.outputs[0], OutputRef::Param(0));
+    assert_eq!(
+        c.plan.outputs[0],
+        OutputRef::Param(kiln_ir::ParamId::from_u32(0))
+    );
     check!("fuse_output_that_is_an_input_needs_no_kernel", c);
 }
 
@@ -611,7 +617,10 @@ fn memory_elementwise_writes_over_its_dying_input_read_in_place() {
     let (t, i) = (input(&[10, 4]), ints(&[3], 2));
     let y = un(UnaryOp::Exp, &build::take(&t, &i, 0).unwrap());
     let c = compiled(&[&y], plain());
-    assert_eq!(c.plan.slots[0].buffer, c.plan.slots[1].buffer);
+    assert_eq!(
+        c.plan.slots[kiln_compiler::SlotId::from_u32(0)].buffer,
+        c.plan.slots[kiln_compiler::SlotId::from_u32(1)].buffer
+    );
     check!(
         "memory_elementwise_writes_over_its_dying_input_read_in_place",
         c
@@ -645,7 +654,7 @@ fn memory_releases_after_last_reader() {
     let n = build::matmul(&m, &x).unwrap();
     let y = build::matmul(&n, &x).unwrap();
     let c = compiled(&[&y], plain());
-    assert!(c.plan.releases.iter().any(|r| !r.is_empty()));
+    assert!(c.plan.releases.values().any(|r| !r.is_empty()));
     check!("memory_releases_after_last_reader", c);
 }
 
@@ -667,7 +676,7 @@ fn memory_parameter_update_may_take_the_old_storage() {
 fn memory_outputs_nothing_reads_are_marked_unread() {
     let a = input(&[64]);
     let c = compiled(&[&un(UnaryOp::Exp, &a)], plain());
-    assert_eq!(c.plan.unread_outputs, [true]);
+    assert_eq!(c.plan.unread_outputs.as_slice(), [true]);
     check!("memory_outputs_nothing_reads_are_marked_unread", c);
 }
 
@@ -694,8 +703,8 @@ fn group_is_not_formed_across_a_transpose() {
     let y = sum(&t, &[-1], true);
     let c = compiled(&[&y], cpu());
     for g in &c.plan.groups {
-        for k in &c.plan.kernels[g.start..g.end] {
-            assert!(k.inputs.iter().all(|i| !i
+        for k in g.kernels().map(|k| &c.plan.kernels[k]) {
+            assert!(k.inputs.values().all(|i| !i
                 .view
                 .ops
                 .iter()

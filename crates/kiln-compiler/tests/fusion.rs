@@ -162,7 +162,8 @@ fn only_kernels_whose_outputs_nothing_reads_are_marked_unread() {
         };
         plan.kernels
             .iter()
-            .position(|k| k.outputs.contains(&slot))
+            .find(|(_, k)| k.outputs.contains(&slot))
+            .map(|(id, _)| id)
             .expect("written")
     };
     let (ke, ks) = (writer_of(0), writer_of(1));
@@ -175,6 +176,8 @@ fn only_kernels_whose_outputs_nothing_reads_are_marked_unread() {
     let err = bad.verify().unwrap_err();
     assert!(err.contains("read later"), "{err}");
     let mut bad = plan.clone();
-    bad.unread_outputs.pop();
+    let mut flags = bad.unread_outputs.into_vec();
+    flags.pop();
+    bad.unread_outputs = flags.into();
     assert!(bad.verify().is_err());
 }

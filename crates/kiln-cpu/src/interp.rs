@@ -25,8 +25,8 @@ use crate::ops;
 use crate::source::Src;
 use crate::typed::{copy_cast, TSlice, TSliceMut, TypedVec};
 use crate::walk::internal;
-use kiln_compiler::{InstOp, Program};
-use kiln_ir::{DType, Result, Scalar};
+use kiln_compiler::{InstOp, Program, RegId};
+use kiln_ir::{DType, Id, Result, Scalar};
 use smallvec::SmallVec;
 
 /// Repeats `x`'s element 0 over the rest of it.
@@ -115,7 +115,7 @@ pub struct Interp<'p> {
     /// Per step: the values it reads (with those of the instruction it fuses) that can be
     /// uniform — register loads of a source with a span above 1. Computed once, so a block
     /// checks only these (most steps: none) before running the step.
-    maybe_uniform: Vec<SmallVec<[u32; 2]>>,
+    maybe_uniform: Vec<SmallVec<[usize; 2]>>,
     /// Per step: for a hoisted load, `(start % period, n)` of the block its register holds
     /// (`usize::MAX` first: none yet).
     held: Vec<(usize, usize)>,
@@ -153,7 +153,7 @@ impl<'p> Interp<'p> {
         scalars: &[Scalar],
         numel: usize,
     ) -> Result<Self> {
-        let insts = &program.insts;
+        let insts = program.insts.as_slice();
         let bad = |i: usize, what: String| {
             internal(format!(
                 "program instruction {i} ({:?}): {what}",
@@ -164,9 +164,9 @@ impl<'p> Interp<'p> {
         let mut natural = Vec::with_capacity(insts.len());
         let mut scalar_vals = vec![None; insts.len()];
         for (i, inst) in insts.iter().enumerate() {
-            let operand = |v: u32| -> Result<DType> {
-                if (v as usize) < i {
-                    Ok(insts[v as usize].dtype)
+            let operand = |v: RegId| -> Result<DType> {
+                if v.index() < i {
+                    Ok(insts[v.index()].dtype)
                 } else {
                     Err(bad(i, format!("operand {v} is not an earlier value")))
                 }
@@ -185,7 +185,7 @@ impl<'p> Interp<'p> {
                 Ok(src.dtype)
             };
             let nat = match inst.op {
-                InstOp::Load(s) => src(s as usize)?,
+                InstOp::Load(s) => src(s.index())?,
                 InstOp::Acc => src(acc.ok_or_else(|| bad(i, "no accumulator here".into()))?)?,
                 InstOp::Scalar(s) => {
                     let v = scalars
@@ -218,7 +218,7 @@ impl<'p> Interp<'p> {
             natural.push(nat);
         }
         for &r in &program.results {
-            if r as usize >= insts.len() {
+            if r.index() >= insts.len() {
                 return Err(internal(format!(
                     "program result {r} of {} instructions",
                     insts.len()
@@ -229,11 +229,11 @@ impl<'p> Interp<'p> {
         let mut last_use = vec![0usize; insts.len()];
         for (i, inst) in insts.iter().enumerate() {
             for v in operands(&inst.op) {
-                last_use[v as usize] = i;
+                last_use[v] = i;
             }
         }
         for &r in &program.results {
-            last_use[r as usize] = usize::MAX;
+            last_use[r.index()] = usize::MAX;
         }
         // Pairs run as one pass: `i` fuses into `j`, the only instruction reading it (read
         // once there; no result is `i`), when both are float `+ - * /` of one dtype, `i` is
@@ -245,7 +245,7 @@ impl<'p> Interp<'p> {
         let mut readers = vec![0usize; insts.len()];
         for inst in insts {
             for v in operands(&inst.op) {
-                readers[v as usize] += 1;
+                readers[v] += 1;
             }
         }
         let mut pair: Vec<Option<(usize, bool)>> = vec![None; insts.len()];
@@ -271,7 +271,7 @@ impl<'p> Interp<'p> {
             {
                 continue;
             }
-            let left = match (*u as usize == i, *v as usize == i) {
+            let left = match (u.index() == i, v.index() == i) {
                 (true, false) => true,
                 (false, true) => false,
                 _ => continue,
@@ -280,7 +280,6 @@ impl<'p> Interp<'p> {
             fused[i] = true;
             // Read at `j` now (results already live to the end).
             for x in operands(&insts[i].op) {
-                let x = x as usize;
                 last_use[x] = last_use[x].max(j);
             }
         }
@@ -292,7 +291,7 @@ impl<'p> Interp<'p> {
             let InstOp::Where(c, a, b) = inst.op else {
                 continue;
             };
-            let i = c as usize;
+            let i = c.index();
             let InstOp::Binary(cmp, x, y) = insts[i].op else {
                 continue;
             };
@@ -303,17 +302,16 @@ impl<'p> Interp<'p> {
                 || pair[i].is_some()
                 || pair[j].is_some()
                 || natural[j] != dt
-                || insts[a as usize].dtype != dt
-                || insts[b as usize].dtype != dt
-                || insts[y as usize].dtype != insts[x as usize].dtype
-                || !ops::compare_select_ok(cmp, insts[x as usize].dtype, dt)
+                || insts[a.index()].dtype != dt
+                || insts[b.index()].dtype != dt
+                || insts[y.index()].dtype != insts[x.index()].dtype
+                || !ops::compare_select_ok(cmp, insts[x.index()].dtype, dt)
             {
                 continue;
             }
             pair[j] = Some((i, true));
             fused[i] = true;
             for v in operands(&insts[i].op) {
-                let v = v as usize;
                 last_use[v] = last_use[v].max(j);
             }
         }
@@ -344,7 +342,7 @@ impl<'p> Interp<'p> {
                 continue;
             }
             let direct = match inst.op {
-                InstOp::Load(s) => Some(s as usize),
+                InstOp::Load(s) => Some(s.index()),
                 InstOp::Acc => acc,
                 _ => None,
             }
@@ -355,9 +353,7 @@ impl<'p> Interp<'p> {
             }
             let is_scalar = matches!(inst.op, InstOp::Scalar(_));
             let hoist = match inst.op {
-                InstOp::Load(s) if srcs[s as usize].dtype == inst.dtype => {
-                    period(&srcs[s as usize])
-                }
+                InstOp::Load(s) if srcs[s.index()].dtype == inst.dtype => period(&srcs[s.index()]),
                 _ => 0,
             };
             pinned[i] = is_scalar || hoist > 0;
@@ -379,13 +375,12 @@ impl<'p> Interp<'p> {
             let fused_reads = pair[i]
                 .into_iter()
                 .flat_map(|(f, _)| operands(&insts[f].op));
-            let mut seen: SmallVec<[u32; 6]> = SmallVec::new();
+            let mut seen: SmallVec<[usize; 6]> = SmallVec::new();
             for v in operands(&inst.op).chain(fused_reads) {
                 if seen.contains(&v) {
                     continue;
                 }
                 seen.push(v);
-                let v = v as usize;
                 if last_use[v] == i && !pinned[v] {
                     if let Loc::Reg(r) = locs[v] {
                         free.push(r);
@@ -402,23 +397,22 @@ impl<'p> Interp<'p> {
                 _ => 1,
             })
             .collect();
-        let can_be_uniform = |v: u32| {
-            let v = v as usize;
+        let can_be_uniform = |v: usize| {
             let s = match insts[v].op {
-                InstOp::Load(s) => Some(s as usize),
+                InstOp::Load(s) => Some(s.index()),
                 InstOp::Acc => acc,
                 _ => None,
             };
             matches!(locs[v], Loc::Reg(_)) && s.is_some_and(|s| spans[s] > 1)
         };
-        let maybe_uniform: Vec<SmallVec<[u32; 2]>> = steps
+        let maybe_uniform: Vec<SmallVec<[usize; 2]>> = steps
             .iter()
             .map(|st| {
                 let fused = st
                     .pair
                     .into_iter()
                     .flat_map(|(f, _)| operands(&insts[f].op));
-                let mut reads: SmallVec<[u32; 2]> = SmallVec::new();
+                let mut reads: SmallVec<[usize; 2]> = SmallVec::new();
                 for v in operands(&insts[st.inst].op).chain(fused) {
                     if can_be_uniform(v) && !reads.contains(&v) {
                         reads.push(v);
@@ -457,7 +451,7 @@ impl<'p> Interp<'p> {
     ) -> Result<()> {
         debug_assert!(n <= BLOCK);
         let program = self.program;
-        let insts = &program.insts;
+        let insts = program.insts.as_slice();
         for si in 0..self.steps.len() {
             let step = self.steps[si];
             let Step { inst, out, tmp, .. } = step;
@@ -479,7 +473,7 @@ impl<'p> Interp<'p> {
                         let InstOp::Binary(bop, a, b) = *op else {
                             unreachable!("a lazy load's reader is a binary step")
                         };
-                        let left = self.uniform[a as usize];
+                        let left = self.uniform[a.index()];
                         let sv = if left { a } else { b };
                         let base = start - self.outs_base;
                         let s = self.value(sv, srcs, start, 1);
@@ -511,7 +505,7 @@ impl<'p> Interp<'p> {
             let res = match *op {
                 InstOp::Load(_) | InstOp::Acc => {
                     let s = match *op {
-                        InstOp::Load(s) => s as usize,
+                        InstOp::Load(s) => s.index(),
                         _ => self.acc.expect("checked in new"),
                     };
                     let src = &srcs[s];
@@ -552,7 +546,7 @@ impl<'p> Interp<'p> {
         self.scalars_filled = true;
         // Results are read over the whole block.
         for j in 0..self.program.results.len() {
-            let r = self.program.results[j] as usize;
+            let r = (self.program.results[j]).index();
             if self.uniform[r] {
                 self.materialize(r, n);
             }
@@ -569,10 +563,10 @@ impl<'p> Interp<'p> {
         start: usize,
         n: usize,
     ) {
-        let InstOp::Load(x) = self.program.insts[step.inst].op else {
+        let InstOp::Load(x) = self.program.insts.as_slice()[step.inst].op else {
             unreachable!("a lazy load is a load")
         };
-        let src = &srcs[x as usize];
+        let src = &srcs[x.index()];
         let offset = src.walk.offset - self.outs_base as isize;
         let mut dst = std::mem::take(&mut self.regs[step.out]);
         src.read(
@@ -589,12 +583,12 @@ impl<'p> Interp<'p> {
     /// of exactly one uniform operand ([`ops::binary_uniform`]). Other steps read every
     /// operand over the whole block ([`Interp::materialize_operands`]).
     fn uses_uniform(&self, step: Step) -> bool {
-        let inst = &self.program.insts[step.inst];
+        let inst = &self.program.insts.as_slice()[step.inst];
         match inst.op {
             InstOp::Binary(op, a, b) => {
                 step.pair.is_none()
                     && step.tmp.is_none()
-                    && self.uniform[a as usize] != self.uniform[b as usize]
+                    && self.uniform[a.index()] != self.uniform[b.index()]
                     && ops::uniform_ok(op, inst.dtype)
             }
             _ => false,
@@ -605,7 +599,7 @@ impl<'p> Interp<'p> {
     /// block.
     fn materialize_operands(&mut self, si: usize, n: usize) {
         for k in 0..self.maybe_uniform[si].len() {
-            let v = self.maybe_uniform[si][k] as usize;
+            let v = self.maybe_uniform[si][k];
             if self.uniform[v] {
                 self.materialize(v, n);
             }
@@ -631,7 +625,7 @@ impl<'p> Interp<'p> {
         n: usize,
         dst: TSliceMut<'_>,
     ) -> Result<()> {
-        let insts = &self.program.insts;
+        let insts = self.program.insts.as_slice();
         let op = &insts[step.inst].op;
         if let (Some((f, _)), InstOp::Where(_, a, b)) = (step.pair, op) {
             let InstOp::Binary(cmp, x, y) = insts[f].op else {
@@ -664,7 +658,7 @@ impl<'p> Interp<'p> {
         match *op {
             InstOp::Unary(uop, x) => ops::unary(uop, self.value(x, srcs, start, n), dst),
             InstOp::Binary(bop, a, b) if self.uses_uniform(step) => {
-                let left = self.uniform[a as usize];
+                let left = self.uniform[a.index()];
                 let (x, s) = if left { (b, a) } else { (a, b) };
                 ops::binary_uniform(
                     bop,
@@ -715,7 +709,7 @@ impl<'p> Interp<'p> {
             if results.iter().filter(|&&x| x == r).count() != 1 {
                 continue;
             }
-            if let Some(si) = self.store_step(srcs, r as usize, out.dtype()) {
+            if let Some(si) = self.store_step(srcs, r.index(), out.dtype()) {
                 self.stores.push((si, j));
             }
         }
@@ -725,7 +719,7 @@ impl<'p> Interp<'p> {
     /// A load of output `j` read in place whose only reader is a `+ - * /` of the uniform
     /// kind storing into output `j` at the same positions: the reader can run in place.
     fn lazy_load(&self, srcs: &[Src<'_>]) -> Option<(usize, usize, usize)> {
-        let insts = &self.program.insts;
+        let insts = self.program.insts.as_slice();
         for &(bs, j) in &self.stores {
             let step = self.steps[bs];
             let InstOp::Binary(bop, a, b) = insts[step.inst].op else {
@@ -739,20 +733,20 @@ impl<'p> Interp<'p> {
                 continue;
             }
             for v in [a, b] {
-                let v = v as usize;
+                let v = v.index();
                 let InstOp::Load(x) = insts[v].op else {
                     continue;
                 };
-                let in_place = srcs.get(x as usize).is_some_and(|src| {
+                let in_place = srcs.get(x.index()).is_some_and(|src| {
                     matches!(src.kind, crate::source::SrcKind::Alias(k) if k == j)
                         && src.walk.contiguous_offset() == Some(0)
                         && src.dtype == insts[v].dtype
                 });
                 let readers = insts
                     .iter()
-                    .filter(|i| operands(&i.op).any(|u| u as usize == v))
+                    .filter(|i| operands(&i.op).any(|u| u == v))
                     .count();
-                let result = self.program.results.iter().any(|&r| r as usize == v);
+                let result = self.program.results.iter().any(|&r| r.index() == v);
                 if !in_place || readers != 1 || result || !matches!(self.locs[v], Loc::Reg(_)) {
                     continue;
                 }
@@ -784,7 +778,7 @@ impl<'p> Interp<'p> {
         if self.streaming {
             return false;
         }
-        match self.store_step(srcs, self.program.results[j] as usize, dtype) {
+        match self.store_step(srcs, (self.program.results[j]).index(), dtype) {
             Some(si) => {
                 self.stores.push((si, k));
                 true
@@ -796,14 +790,14 @@ impl<'p> Interp<'p> {
     /// The step that computes instruction `r` if it may store straight into an output of
     /// `dtype` (see [`Interp::store_results`]).
     fn store_step(&self, srcs: &[Src<'_>], r: usize, dtype: DType) -> Option<usize> {
-        let insts = &self.program.insts;
+        let insts = self.program.insts.as_slice();
         // Steps before this one load every aliased source.
         let after_aliases = self
             .steps
             .iter()
             .rposition(|st| match insts[st.inst].op {
                 InstOp::Load(x) => srcs
-                    .get(x as usize)
+                    .get(x.index())
                     .is_none_or(|src| matches!(src.kind, crate::source::SrcKind::Alias(_))),
                 _ => false,
             })
@@ -816,7 +810,7 @@ impl<'p> Interp<'p> {
             || insts[r].dtype != dtype
             || insts[r + 1..]
                 .iter()
-                .any(|i| operands(&i.op).any(|v| v as usize == r))
+                .any(|i| operands(&i.op).any(|v| v == r))
         {
             return None;
         }
@@ -853,8 +847,14 @@ impl<'p> Interp<'p> {
     }
 
     /// Value `v` (an instruction index) over the current block.
-    pub fn value<'s>(&'s self, v: u32, srcs: &'s [Src<'_>], start: usize, n: usize) -> TSlice<'s> {
-        match self.locs[v as usize] {
+    pub fn value<'s>(
+        &'s self,
+        v: RegId,
+        srcs: &'s [Src<'_>],
+        start: usize,
+        n: usize,
+    ) -> TSlice<'s> {
+        match self.locs[v.index()] {
             Loc::Reg(r) => self.regs[r].as_slice().range(0, n),
             Loc::Direct(s) => srcs[s]
                 .direct()
@@ -877,7 +877,7 @@ impl<'p> Interp<'p> {
 
     /// The declared dtype of result `j`.
     pub fn result_dtype(&self, j: usize) -> DType {
-        self.program.insts[self.program.results[j] as usize].dtype
+        self.program.insts[self.program.results[j]].dtype
     }
 
     /// Whether results `a` and `b` are the same value.
@@ -905,14 +905,8 @@ impl Drop for Interp<'_> {
     }
 }
 
-fn operands(op: &InstOp) -> impl Iterator<Item = u32> {
-    let (a, b, c) = match *op {
-        InstOp::Load(_) | InstOp::Scalar(_) | InstOp::Acc => (None, None, None),
-        InstOp::Unary(_, x) | InstOp::Cast(x) => (Some(x), None, None),
-        InstOp::Binary(_, x, y) => (Some(x), Some(y), None),
-        InstOp::Where(c, x, y) => (Some(c), Some(x), Some(y)),
-    };
-    [a, b, c].into_iter().flatten()
+fn operands(op: &InstOp) -> impl Iterator<Item = usize> {
+    op.operands().into_iter().map(RegId::index)
 }
 
 fn fill_scalar(reg: &mut TypedVec, v: Scalar) {
@@ -926,8 +920,30 @@ mod tests {
     use super::*;
     use crate::source::SrcKind;
     use crate::walk::Walk;
-    use kiln_compiler::Inst;
+    use kiln_compiler::{InputId, Inst};
     use kiln_ir::BinaryOp::{self, *};
+
+    // Instructions written with plain numbers (values and inputs by position).
+    #[allow(non_snake_case)]
+    fn Load(i: usize) -> InstOp {
+        InstOp::Load(InputId::new(i))
+    }
+    #[allow(non_snake_case)]
+    fn Binary(op: BinaryOp, a: usize, b: usize) -> InstOp {
+        InstOp::Binary(op, RegId::new(a), RegId::new(b))
+    }
+    #[allow(non_snake_case)]
+    fn Where(c: usize, a: usize, b: usize) -> InstOp {
+        InstOp::Where(RegId::new(c), RegId::new(a), RegId::new(b))
+    }
+    #[allow(non_snake_case)]
+    fn Unary(op: kiln_ir::UnaryOp, x: usize) -> InstOp {
+        InstOp::Unary(op, RegId::new(x))
+    }
+    #[allow(non_snake_case)]
+    fn Cast(x: usize) -> InstOp {
+        InstOp::Cast(RegId::new(x))
+    }
 
     /// The steps (instruction, fused pair) of `insts` over four contiguous f32 sources.
     fn steps(insts: Vec<Inst>, results: &[u32]) -> Vec<(usize, Option<(usize, bool)>)> {
@@ -940,8 +956,8 @@ mod tests {
             })
             .collect();
         let program = Program {
-            insts,
-            results: results.iter().copied().collect(),
+            insts: insts.into(),
+            results: results.iter().map(|&r| RegId::new(r as usize)).collect(),
         };
         let interp = Interp::new(&program, &srcs, None, &[], 8).expect("valid program");
         let fused: Vec<usize> = (0..program.insts.len())
@@ -963,9 +979,9 @@ mod tests {
 
     /// Loads 0..4 of four f32 sources, then `ops` (operands index earlier values), results.
     fn pairs(ops: &[(BinaryOp, u32, u32)], results: &[u32]) -> Vec<(usize, Option<(usize, bool)>)> {
-        let mut insts: Vec<Inst> = (0..4).map(|s| f32_inst(InstOp::Load(s))).collect();
+        let mut insts: Vec<Inst> = (0..4).map(|s| f32_inst(Load(s))).collect();
         insts.extend(ops.iter().map(|&(op, a, b)| Inst {
-            op: InstOp::Binary(op, a, b),
+            op: Binary(op, a as usize, b as usize),
             dtype: if op.is_predicate() {
                 DType::Bool
             } else {
@@ -987,7 +1003,6 @@ mod tests {
 
     #[test]
     fn pairs_skip_what_runs_between_them() {
-        use InstOp::{Binary, Load};
         // ((x*y + z)*w - x) as the compiler emits it: x, y, *, z, +, w, *, -.
         let insts = [
             Load(0),
@@ -1007,7 +1022,7 @@ mod tests {
             Load(1),
             Load(2),
             Binary(Mul, 0, 1),
-            InstOp::Unary(kiln_ir::UnaryOp::Neg, 2),
+            Unary(kiln_ir::UnaryOp::Neg, 2),
             Binary(Add, 3, 4),
         ];
         let got = steps(insts.into_iter().map(f32_inst).collect(), &[5]);
@@ -1016,7 +1031,6 @@ mod tests {
 
     #[test]
     fn a_where_fuses_the_float_comparison_it_alone_reads() {
-        use InstOp::{Binary, Load, Where};
         let inst = |op, dtype| Inst { op, dtype };
         let (b, i) = (DType::Bool, DType::I32);
         let base = || (0..4).map(|s| f32_inst(Load(s))).collect::<Vec<_>>();
@@ -1048,8 +1062,8 @@ mod tests {
             vec![(4, None), (5, None), (6, None), (7, None)]
         );
         let mut insts = base();
-        insts.push(inst(InstOp::Cast(0), i));
-        insts.push(inst(InstOp::Cast(1), i));
+        insts.push(inst(Cast(0), i));
+        insts.push(inst(Cast(1), i));
         insts.push(inst(Binary(Le, 4, 5), b));
         insts.push(f32_inst(Where(6, 2, 3)));
         assert_eq!(
@@ -1112,12 +1126,13 @@ mod tests {
         // addition as it may seem.
         let program = Program {
             insts: vec![
-                f32_inst(InstOp::Load(0)),
-                f32_inst(InstOp::Load(1)),
-                f32_inst(InstOp::Binary(Add, 0, 1)),
-                f32_inst(InstOp::Unary(kiln_ir::UnaryOp::Neg, 2)),
-            ],
-            results: [3].into_iter().collect(),
+                f32_inst(Load(0)),
+                f32_inst(Load(1)),
+                f32_inst(Binary(Add, 0, 1)),
+                f32_inst(Unary(kiln_ir::UnaryOp::Neg, 2)),
+            ]
+            .into(),
+            results: [RegId::new(3)].into_iter().collect(),
         };
         let mut interp = Interp::new(&program, &srcs, None, &[], numel).expect("valid");
         assert!(interp.steps.iter().any(|st| st.hoist == c));

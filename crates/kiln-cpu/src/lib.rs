@@ -127,30 +127,23 @@
 //! `kiln-reference`, only in tests.
 //!
 //! ```
-//! use kiln_compiler::{Input, Inst, InstOp, Kernel, KernelKind, Plan, Program, Slot, BufferDesc, OutputRef, Source, View};
-//! use kiln_ir::{Bindings, DType, Dim, HostData, UnaryOp};
+//! use kiln_compiler::{BufferDesc, Input, Inst, InstOp, Kernel, KernelKind, OutputRef, Plan, Program, Slot, Source, View};
+//! use kiln_ir::{Bindings, DType, Dim, HostData, IdVec, UnaryOp};
 //! // y = -x over a 1-D array of symbolic length.
 //! let shape: kiln_ir::SymShape = [Dim::Sym(0)].into_iter().collect();
-//! let program = Program {
-//!     insts: vec![
-//!         Inst { op: InstOp::Load(0), dtype: DType::F32 },
-//!         Inst { op: InstOp::Unary(UnaryOp::Neg, 0), dtype: DType::F32 },
-//!     ],
-//!     results: [1].into_iter().collect(),
-//! };
-//! let plan = Plan {
-//!     kernels: vec![Kernel {
-//!         kind: KernelKind::Elementwise { program },
-//!         space: shape.clone(),
-//!         inputs: vec![Input { source: Source::Param(0), dtype: DType::F32, view: View::identity(shape.clone()) }],
-//!         outputs: [0].into_iter().collect(),
-//!     }],
-//!     slots: vec![Slot { dtype: DType::F32, shape, buffer: 0 }],
-//!     buffers: vec![BufferDesc { dtype: DType::F32, slots: vec![0], output: true, last_use: 0 }],
-//!     outputs: vec![OutputRef::Slot(0)],
-//!     ..Plan::default()
-//! };
-//! let bindings = Bindings { params: vec![HostData::from(vec![1.0f32, -2.0]).into()], dims: vec![2], ..Bindings::default() };
+//! let mut program = Program::default();
+//! let mut inputs = IdVec::new();
+//! let x = inputs.push(Input { source: Source::Param(kiln_ir::ParamId::from_u32(0)), dtype: DType::F32, view: View::identity(shape.clone()) });
+//! let v = program.insts.push(Inst { op: InstOp::Load(x), dtype: DType::F32 });
+//! let y = program.insts.push(Inst { op: InstOp::Unary(UnaryOp::Neg, v), dtype: DType::F32 });
+//! program.results.push(y);
+//! let mut plan = Plan::default();
+//! let b = plan.buffers.push(BufferDesc { dtype: DType::F32, slots: vec![], output: true, last_use: Default::default() });
+//! let s = plan.slots.push(Slot { dtype: DType::F32, shape: shape.clone(), buffer: b });
+//! plan.buffers[b].slots.push(s);
+//! plan.kernels.push(Kernel { kind: KernelKind::Elementwise { program }, space: shape, inputs, outputs: [s].into_iter().collect() });
+//! plan.outputs.push(OutputRef::Slot(s));
+//! let bindings = Bindings { params: vec![HostData::from(vec![1.0f32, -2.0]).into()].into(), dims: vec![2], ..Bindings::default() };
 //! let out = kiln_compiler::run(kiln_cpu::cpu(), &plan, &bindings).unwrap();
 //! assert_eq!(out[0].get(1), kiln_ir::Scalar::Float(2.0));
 //! ```

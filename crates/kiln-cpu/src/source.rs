@@ -400,7 +400,7 @@ pub fn build<'a>(
         )));
     }
     let mut out = Vec::with_capacity(inputs.len());
-    for (i, (input, arg)) in kernel.inputs.iter().zip(inputs).enumerate() {
+    for (i, (input, arg)) in kernel.inputs.values().zip(inputs).enumerate() {
         let walk = view_walk(launch, i, perm);
         let what = || format!("input {i} ({:?})", input.source);
         let kind = match (arg, &snaps[i]) {

@@ -6,7 +6,7 @@ mod common;
 use common::*;
 use kiln_compiler::{Backend, KernelKind, OutputRef};
 use kiln_cpu::{cpu, CpuBackend, CpuBuffer};
-use kiln_ir::{build, BinaryOp, DType, HostData, ReduceOp, Scalar, Shared, UnaryOp};
+use kiln_ir::{build, BinaryOp, DType, HostData, Id, ReduceOp, Scalar, Shared, UnaryOp};
 
 fn ptr(d: &HostData) -> *const u8 {
     match d {
@@ -109,7 +109,9 @@ fn a_chain_of_kernels_with_released_intermediates() {
         )[0];
         pb.output(y);
         pb.output(s);
-        pb.plan.outputs.push(OutputRef::Param(0));
+        pb.plan
+            .outputs
+            .push(OutputRef::Param(kiln_ir::ParamId::new(0)));
 
         let xn = node(xd.clone(), &dims);
         let e = build::unary(UnaryOp::Exp, &xn).unwrap();
@@ -141,12 +143,12 @@ fn contract_violations_are_errors_not_panics() {
     let x = pb.param(HostData::from(vec![1.0f32; 4]), &[4], &[]);
     let mut p = P::new();
     p.insts.push(kiln_compiler::Inst {
-        op: kiln_compiler::InstOp::Unary(UnaryOp::Neg, 0),
+        op: kiln_compiler::InstOp::Unary(UnaryOp::Neg, kiln_compiler::RegId::new(0)),
         dtype: DType::F32,
     });
     let o = pb.kernel(
         KernelKind::Elementwise {
-            program: p.done(&[0]),
+            program: p.done(&[kiln_compiler::RegId::new(0)]),
         },
         &[4],
         vec![x],

@@ -5,8 +5,9 @@ mod common;
 
 use common::*;
 use kiln_compiler::KernelKind;
+use kiln_compiler::{InputId, RegId};
 use kiln_ir::build::{self, SliceArg};
-use kiln_ir::{BinaryOp, DType, Distribution, Error, HostData, Scalar, Shape, UnaryOp};
+use kiln_ir::{BinaryOp, DType, Distribution, Error, HostData, Id, Scalar, Shape, UnaryOp};
 
 fn ew(program: kiln_compiler::Program) -> KernelKind {
     KernelKind::Elementwise { program }
@@ -93,7 +94,7 @@ fn every_binary_and_unary_op_in_every_dtype() {
                 (x, y)
             };
             let r = p.bin(op, x, y);
-            let rdt = p.insts[r as usize].dtype;
+            let rdt = p.insts[r].dtype;
             let o = pb.kernel(ew(p.done(&[r])), &[n], vec![ai, bi], &[(rdt, &[n])]);
             pb.output(o[0]);
             let want = build::binary(op, &node(a.clone(), &[n]), &node(b, &[n])).unwrap();
@@ -113,7 +114,7 @@ fn every_binary_and_unary_op_in_every_dtype() {
                 x
             };
             let r = p.un(op, x);
-            let rdt = p.insts[r as usize].dtype;
+            let rdt = p.insts[r].dtype;
             let o = pb.kernel(ew(p.done(&[r])), &[n], vec![ai], &[(rdt, &[n])]);
             pb.output(o[0]);
             let want = build::unary(op, &node(a.clone(), &[n])).unwrap();
@@ -137,7 +138,7 @@ fn strided_views_permute_broadcast_slice_reshape() {
     );
     let r = pb.param(rd.clone(), &[12], &[VOp::Reshape(vec![3, 4])]);
     let mut p = P::new();
-    let v: Vec<u32> = (0..4).map(|i| p.load(i, DType::F64)).collect();
+    let v: Vec<_> = (0..4).map(|i| p.load(i, DType::F64)).collect();
     let a1 = p.bin(BinaryOp::Add, v[0], v[1]);
     let a2 = p.bin(BinaryOp::Add, a1, v[2]);
     let a3 = p.bin(BinaryOp::Add, a2, v[3]);
@@ -259,7 +260,9 @@ fn a_result_computed_before_an_in_place_load_is_not_stored_early() {
         t,
     );
     let s1 = pb.new_slot(DType::F32, &[n], None);
-    pb.plan.kernels[1].outputs.push(s1);
+    pb.plan.kernels[kiln_compiler::KernelId::new(1)]
+        .outputs
+        .push(s1);
     pb.output(s0);
     pb.output(s1);
 
@@ -373,11 +376,7 @@ fn iota_and_random_sources_through_views() {
         DType::I32,
     ];
     let mut p = P::new();
-    let loads: Vec<u32> = dts
-        .iter()
-        .enumerate()
-        .map(|(i, &d)| p.load(i as u32, d))
-        .collect();
+    let loads: Vec<RegId> = dts.iter().enumerate().map(|(i, &d)| p.load(i, d)).collect();
     let outs: Vec<(DType, &[usize])> = dts.iter().map(|&d| (d, &space[..])).collect();
     let o = pb.kernel(ew(p.done(&loads)), &space, inputs, &outs);
     for s in o {
@@ -589,16 +588,16 @@ fn declared_dtype_differing_from_the_op_is_converted() {
     let ai = pb.param(ad.clone(), &[n], &[]);
     let mut p = P::new();
     p.insts.push(kiln_compiler::Inst {
-        op: kiln_compiler::InstOp::Load(0),
+        op: kiln_compiler::InstOp::Load(InputId::new(0)),
         dtype: DType::I64,
     });
     let z = p.scalar(pb.scalar(Scalar::Int(0)), DType::I64);
     p.insts.push(kiln_compiler::Inst {
-        op: kiln_compiler::InstOp::Binary(BinaryOp::Gt, 0, z),
+        op: kiln_compiler::InstOp::Binary(BinaryOp::Gt, RegId::new(0), z),
         dtype: DType::F32,
     });
     let o = pb.kernel(
-        ew(p.done(&[0, 2])),
+        ew(p.done(&[RegId::new(0), RegId::new(2)])),
         &[n],
         vec![ai],
         &[(DType::I64, &[n]), (DType::F32, &[n])],
@@ -812,7 +811,7 @@ fn fused_arithmetic_pairs_round_like_separate_ops() {
     let mut pb = Pb::new();
     let ins: Vec<_> = ds.iter().map(|d| pb.param(d.clone(), &dims, &[])).collect();
     let mut p = P::new();
-    let l: Vec<u32> = (0..4).map(|i| p.load(i, DType::F32)).collect();
+    let l: Vec<RegId> = (0..4).map(|i| p.load(i, DType::F32)).collect();
     let ab = p.bin(BinaryOp::Mul, l[0], l[1]);
     let abc = p.bin(BinaryOp::Add, ab, l[2]);
     let abcd = p.bin(BinaryOp::Mul, abc, l[3]);

@@ -15,10 +15,10 @@
 //! let y = build::binary(BinaryOp::Mul, &a, &a).unwrap();
 //! assert_eq!(y.shape().dims(), &[3]);
 //! let expr = LazyExpr::from_roots(&[&y]);
-//! assert_eq!(expr.graph.node_count(), 2);
+//! assert_eq!(expr.graph.nodes.len(), 2);
 //! ```
 //!
-//! Depends on `petgraph`, `smallvec` and `thiserror` only: no buffers, no devices.
+//! Depends on `smallvec`, `hashbrown` and `thiserror` only: no buffers, no devices.
 #![warn(missing_docs)]
 
 pub mod build;
@@ -27,6 +27,8 @@ mod donate;
 mod dtype;
 mod error;
 mod expr;
+mod graph;
+mod id;
 mod node;
 mod op;
 pub mod random;
@@ -39,11 +41,11 @@ pub use data::{Element, Foreign, HostData, HostPool, HostVec, Recycle, Recycled,
 pub use donate::donatable;
 pub use dtype::{DType, Kind, Scalar};
 pub use error::{Error, Result};
-pub use expr::{ExprNode, LazyExpr};
+pub use expr::LazyExpr;
+pub use graph::{ExprNode, Graph};
+pub use id::{Id, IdVec, NodeId, ParamId};
 pub use node::{Inputs, Node, NodeRef};
 pub use op::{ArgReduceOp, Axes, BinaryOp, Distribution, Op, ReduceOp, UnaryOp};
-pub use shape::{Shape, MAX_ELEMENTS};
-pub use trace::{
-    resolve_shape, scalar_key_value, trace, Bindings, Dim, Key, SymShape, Trace, TracedNode,
-};
+pub use shape::{resolve_shape, sym_text, Dim, Shape, SymShape, MAX_ELEMENTS};
+pub use trace::{scalar_key_value, trace, Bindings, Key, Trace};
 pub use value::{DeviceBuffer, DeviceData, Value};

@@ -6,6 +6,7 @@
 //! Depends on [`crate::dtype`] and [`crate::shape`].
 
 use crate::dtype::{DType, Scalar};
+use crate::id::{Id, ParamId};
 use crate::shape::Shape;
 use smallvec::SmallVec;
 use std::fmt;
@@ -320,7 +321,7 @@ pub type Axes = SmallVec<[usize; 4]>;
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Op {
     /// The `i`-th input buffer of a [`crate::LazyExpr`].
-    Param(u32),
+    Param(ParamId),
     /// A node whose value is held by the node itself (input data or an evaluated result).
     /// Only in the front-end graph; lowered to [`Op::Param`] in a `LazyExpr`.
     Data,
@@ -449,7 +450,8 @@ impl Op {
     /// True for leaves (no operands).
     ///
     /// ```
-    /// assert!(kiln_ir::Op::Param(0).is_leaf());
+    /// use kiln_ir::Id;
+    /// assert!(kiln_ir::Op::Param(kiln_ir::ParamId::new(0)).is_leaf());
     /// ```
     pub fn is_leaf(&self) -> bool {
         matches!(
@@ -691,7 +693,7 @@ impl Op {
 impl fmt::Display for Op {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Op::Param(i) => write!(f, "param {i}"),
+            Op::Param(i) => write!(f, "param {}", i.index()),
             Op::Scalar(s) => write!(f, "scalar {s}"),
             Op::Iota { axis } => write!(f, "iota axis={axis}"),
             Op::Random { dist, .. } => write!(f, "random {dist:?}"),

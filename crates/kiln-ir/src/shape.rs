@@ -1,4 +1,5 @@
-//! Shapes, numpy broadcasting and axis normalisation.
+//! Shapes, numpy broadcasting and axis normalisation, and relative shapes ([`Dim`],
+//! [`SymShape`]: sizes as symbols, as the graph-cache key sees them).
 //!
 //! Depends on [`crate::error`] and [`crate::dtype`] (for the dtype a size error names).
 
@@ -260,6 +261,82 @@ impl fmt::Display for Shape {
         }
         write!(f, ")")
     }
+}
+
+/// One dimension of a relative shape: a literal 0 or 1, or a size symbol.
+///
+/// ```
+/// use kiln_ir::Dim;
+/// assert_eq!(Dim::Sym(0).resolve(&[12]), 12);
+/// assert_eq!(Dim::Const(1).resolve(&[12]), 1);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Dim {
+    /// A literal size (0 or 1).
+    Const(usize),
+    /// Symbol `i`, bound to `Bindings::dims[i]`.
+    Sym(u32),
+}
+
+/// `d3` for symbol 3, the number for a literal: the notation of the IR's and the plan's text
+/// forms.
+///
+/// ```
+/// assert_eq!(format!("{} {}", kiln_ir::Dim::Sym(3), kiln_ir::Dim::Const(1)), "d3 1");
+/// ```
+impl std::fmt::Display for Dim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Dim::Const(c) => write!(f, "{c}"),
+            Dim::Sym(i) => write!(f, "d{i}"),
+        }
+    }
+}
+
+/// A relative shape as text: `[d0, 1, d2]`.
+///
+/// ```
+/// use kiln_ir::{sym_text, Dim};
+/// assert_eq!(sym_text(&[Dim::Sym(0), Dim::Const(1)]), "[d0, 1]");
+/// ```
+pub fn sym_text(shape: &[Dim]) -> String {
+    let dims: Vec<String> = shape.iter().map(ToString::to_string).collect();
+    format!("[{}]", dims.join(", "))
+}
+
+impl Dim {
+    /// The concrete size under the symbol values `dims`.
+    ///
+    /// ```
+    /// assert_eq!(kiln_ir::Dim::Sym(1).resolve(&[3, 5]), 5);
+    /// ```
+    pub fn resolve(self, dims: &[usize]) -> usize {
+        match self {
+            Dim::Const(c) => c,
+            Dim::Sym(s) => dims[s as usize],
+        }
+    }
+
+    pub(crate) fn code(self) -> u64 {
+        match self {
+            Dim::Const(c) => c as u64,
+            Dim::Sym(s) => 2 + s as u64,
+        }
+    }
+}
+
+/// A shape in relative form.
+pub type SymShape = SmallVec<[Dim; 4]>;
+
+/// Resolves a relative shape to a concrete one.
+///
+/// ```
+/// use kiln_ir::{Dim, resolve_shape};
+/// let s = resolve_shape(&[Dim::Sym(0), Dim::Const(1)], &[7]);
+/// assert_eq!(s.dims(), &[7, 1]);
+/// ```
+pub fn resolve_shape(shape: &[Dim], dims: &[usize]) -> Shape {
+    Shape(shape.iter().map(|d| d.resolve(dims)).collect())
 }
 
 #[cfg(test)]

@@ -1,74 +1,26 @@
 //! The one traversal from front-end [`Node`]s to everything a graph needs to be compiled or
 //! re-run: the structural **key** (graph-cache key), the **bindings** (parameter data, scalar
-//! values, random seeds and concrete dimension sizes) and, when asked, the flat node list that
-//! becomes a [`crate::LazyExpr`].
+//! values, random seeds and concrete dimension sizes) and, when asked, the nodes as a
+//! [`crate::Graph`], which becomes a [`crate::LazyExpr`].
 //!
 //! Shapes are *relative*: each distinct dimension size other than 0 and 1 becomes a symbol
 //! numbered in order of first appearance, so `[12, 64]` and `[7, 64]` give the same key, while
 //! 0 and 1 (which change broadcasting and emptiness) stay literal. Scalar values enter the key
 //! only as a class (exactly `0`, `-0.0`, `1`, or other), which lets the compiler simplify
 //! `x * 1` without recompiling for every learning rate. Nothing else about values, and
-//! nothing about pointers, enters the key. Depends on [`crate::node`], [`crate::op`],
-//! [`crate::shape`], [`crate::value`].
+//! nothing about pointers, enters the key. Depends on [`crate::graph`], [`crate::id`],
+//! [`crate::node`], [`crate::op`], [`crate::shape`], [`crate::value`].
 
 use crate::dtype::{DType, Scalar};
+use crate::graph::{ExprNode, Graph};
+use crate::id::{IdVec, NodeId, ParamId};
 use crate::node::{Node, NodeRef};
 use crate::op::Op;
-use crate::shape::Shape;
+use crate::shape::{Dim, SymShape};
 use crate::value::Value;
 use smallvec::SmallVec;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
-
-/// One dimension of a relative shape: a literal 0 or 1, or a size symbol.
-///
-/// ```
-/// use kiln_ir::Dim;
-/// assert_eq!(Dim::Sym(0).resolve(&[12]), 12);
-/// assert_eq!(Dim::Const(1).resolve(&[12]), 1);
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Dim {
-    /// A literal size (0 or 1).
-    Const(usize),
-    /// Symbol `i`, bound to `Bindings::dims[i]`.
-    Sym(u32),
-}
-
-impl Dim {
-    /// The concrete size under the symbol values `dims`.
-    ///
-    /// ```
-    /// assert_eq!(kiln_ir::Dim::Sym(1).resolve(&[3, 5]), 5);
-    /// ```
-    pub fn resolve(self, dims: &[usize]) -> usize {
-        match self {
-            Dim::Const(c) => c,
-            Dim::Sym(s) => dims[s as usize],
-        }
-    }
-
-    fn code(self) -> u64 {
-        match self {
-            Dim::Const(c) => c as u64,
-            Dim::Sym(s) => 2 + s as u64,
-        }
-    }
-}
-
-/// A shape in relative form.
-pub type SymShape = SmallVec<[Dim; 4]>;
-
-/// Resolves a relative shape to a concrete one.
-///
-/// ```
-/// use kiln_ir::{Dim, resolve_shape};
-/// let s = resolve_shape(&[Dim::Sym(0), Dim::Const(1)], &[7]);
-/// assert_eq!(s.dims(), &[7, 1]);
-/// ```
-pub fn resolve_shape(shape: &[Dim], dims: &[usize]) -> Shape {
-    Shape(shape.iter().map(|d| d.resolve(dims)).collect())
-}
 
 /// The graph-cache key: the structure of a traced graph as a token string, with its hash
 /// precomputed. Equal structure gives equal keys, in any thread.
@@ -160,30 +112,13 @@ impl Hash for Key {
 #[derive(Clone, Debug, Default)]
 pub struct Bindings {
     /// Input data, by parameter number.
-    pub params: Vec<Value>,
+    pub params: IdVec<ParamId, Value>,
     /// Scalar values, by scalar number (already converted to each node's dtype).
     pub scalars: Vec<Scalar>,
     /// Random seeds, by random-node number.
     pub seeds: Vec<u64>,
     /// Dimension sizes, by symbol.
     pub dims: Vec<usize>,
-}
-
-/// A node of a traced graph, in post-order (operands first).
-#[derive(Clone, Debug)]
-pub struct TracedNode {
-    /// The op (`Op::Param(i)` for nodes with a value).
-    pub op: Op,
-    /// The dtype.
-    pub dtype: DType,
-    /// The concrete shape.
-    pub shape: Shape,
-    /// The relative shape.
-    pub sym: SymShape,
-    /// Operand positions in the traced list.
-    pub inputs: SmallVec<[u32; 2]>,
-    /// For `Param`, `Scalar` and `Random` nodes: the index into the matching `Bindings` list.
-    pub binding: Option<u32>,
 }
 
 /// What [`trace`] returns.
@@ -193,10 +128,9 @@ pub struct Trace {
     pub key: Key,
     /// The run-time values.
     pub bindings: Bindings,
-    /// The nodes, if requested.
-    pub nodes: Vec<TracedNode>,
-    /// Positions of the roots in `nodes` order (also valid when `nodes` was not requested).
-    pub outputs: Vec<u32>,
+    /// The nodes in post-order (operands first), if requested, and the roots (also when
+    /// the nodes were not requested).
+    pub graph: Graph,
 }
 
 /// Scalar value classes that enter the key (see the module docs).
@@ -329,21 +263,20 @@ impl Layers {
 /// same either way. Iterative: deep graphs do not overflow the stack.
 ///
 /// ```
-/// use kiln_ir::{build, trace, BinaryOp, HostData, Shape};
+/// use kiln_ir::{build, trace, BinaryOp, HostData, Id, NodeId, Shape};
 /// let a = build::data(HostData::from(vec![1.0f32, 2.0]), Shape::from([2])).unwrap();
 /// let y = build::binary(BinaryOp::Mul, &a, &a).unwrap();
 /// let t = trace(&[&y, &a], true);
-/// assert_eq!(t.nodes.len(), 2);
-/// assert_eq!(t.outputs, vec![1, 0]);
+/// assert_eq!(t.graph.nodes.len(), 2);
+/// assert_eq!(t.graph.outputs, [NodeId::new(1), NodeId::new(0)]);
 /// ```
 pub fn trace(roots: &[&NodeRef], with_nodes: bool) -> Trace {
     // Initial capacities stay below 1 KiB: glibc consolidates its fast bins on every larger
     // request, which cost more than the trace itself for small graphs (both grow as needed).
     let mut tokens: Vec<u64> = Vec::with_capacity(96);
     let mut bindings = Bindings::default();
-    let mut nodes: Vec<TracedNode> = Vec::new();
-    let mut seen: hashbrown::HashMap<*const Node, u32> = hashbrown::HashMap::with_capacity(16);
-    let mut outputs = Vec::with_capacity(roots.len());
+    let mut graph = Graph::default();
+    let mut seen: hashbrown::HashMap<*const Node, NodeId> = hashbrown::HashMap::with_capacity(16);
     let mut count: u32 = 0;
     let mut sym_values: Vec<usize> = Vec::new();
     let mut layers = Layers([0xcbf2_9ce4_8422_2325; 4], with_nodes);
@@ -389,16 +322,13 @@ pub fn trace(roots: &[&NodeRef], with_nodes: bool) -> Trace {
             };
             let key = Arc::as_ptr(&node);
             // Emit the node.
-            let param = node.bound_value().map(|v| {
-                bindings.params.push(v);
-                bindings.params.len() as u32 - 1
-            });
+            let param = node.bound_value().map(|v| bindings.params.push(v));
             let op = match param {
                 Some(i) => &Op::Param(i),
                 None => node.op(),
             };
             let binding = match op {
-                Op::Param(i) => Some(*i),
+                Op::Param(i) => Some(i.as_u32()),
                 Op::Scalar(sc) => {
                     bindings.scalars.push(*sc);
                     Some(bindings.scalars.len() as u32 - 1)
@@ -442,15 +372,15 @@ pub fn trace(roots: &[&NodeRef], with_nodes: bool) -> Trace {
             }
             tokens.push(ins.len() as u64);
             layers.feed(0, ins.len() as u64);
-            let mut in_idx: SmallVec<[u32; 2]> = SmallVec::new();
+            let mut in_idx: SmallVec<[NodeId; 2]> = SmallVec::new();
             for i in &ins {
                 let p = seen[i];
-                tokens.push(p as u64);
-                layers.feed(0, p as u64);
+                tokens.push(p.as_u32() as u64);
+                layers.feed(0, p.as_u32() as u64);
                 in_idx.push(p);
             }
             if with_nodes {
-                nodes.push(TracedNode {
+                graph.nodes.push(ExprNode {
                     op: op.clone(),
                     dtype: node.dtype(),
                     shape: node.shape().clone(),
@@ -459,15 +389,15 @@ pub fn trace(roots: &[&NodeRef], with_nodes: bool) -> Trace {
                     binding,
                 });
             }
-            seen.insert(key, count);
+            seen.insert(key, NodeId::from_u32(count));
             count += 1;
         }
         let o = seen[&Arc::as_ptr(root)];
-        outputs.push(o);
+        graph.outputs.push(o);
         tokens.push(u64::MAX);
-        tokens.push(o as u64);
+        tokens.push(o.as_u32() as u64);
         layers.feed(0, u64::MAX);
-        layers.feed(0, o as u64);
+        layers.feed(0, o.as_u32() as u64);
     }
     bindings.dims = sym_values;
     let hash = fnv(&tokens);
@@ -478,7 +408,6 @@ pub fn trace(roots: &[&NodeRef], with_nodes: bool) -> Trace {
             layers: if with_nodes { layers.0 } else { [0; 4] },
         },
         bindings,
-        nodes,
-        outputs,
+        graph,
     }
 }

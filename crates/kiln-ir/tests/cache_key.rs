@@ -122,7 +122,7 @@ fn variants(op: &Op) -> Vec<Op> {
 fn every_op() -> Vec<(Op, usize)> {
     let axes: Axes = smallvec![0];
     vec![
-        (Op::Param(0), 0),
+        (Op::Param(kiln_ir::ParamId::from_u32(0)), 0),
         (Op::Data, 0),
         (Op::Scalar(Scalar::Float(2.0)), 0),
         (Op::Iota { axis: 0 }, 0),

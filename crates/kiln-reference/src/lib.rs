@@ -19,8 +19,8 @@
 
 pub use kiln_ir::scalar_ops::{binary, float_floor_div, float_rem, unary};
 use kiln_ir::{
-    random, ArgReduceOp, DType, Distribution, Error, HostData, LazyExpr, Op, ReduceOp, Result,
-    Scalar, Shape,
+    random, ArgReduceOp, DType, Distribution, Error, HostData, Id, IdVec, LazyExpr, NodeId, Op,
+    ReduceOp, Result, Scalar, Shape,
 };
 
 /// A dense row-major tensor of scalars.
@@ -48,34 +48,29 @@ pub fn evaluate(expr: &LazyExpr) -> Result<Vec<HostData>> {
     // Resident parameters are read through a download: the interpreter runs on the host.
     let params: Vec<HostData> = expr
         .params
-        .iter()
+        .values()
         .map(|v| v.to_host())
         .collect::<Result<_>>()?;
-    let mut values: Vec<Option<Tensor>> = vec![None; expr.graph.node_count()];
-    for n in expr.topo_order() {
-        let node = &expr.graph[n];
-        let ins: Vec<&Tensor> = expr
-            .inputs(n)
-            .into_iter()
-            .map(|i| {
-                values[i.index()]
-                    .as_ref()
-                    .expect("operands are evaluated first")
-            })
+    let g = &expr.graph;
+    let mut values: IdVec<NodeId, Option<Tensor>> = IdVec::filled(None, g.nodes.len());
+    for (n, node) in g.nodes.iter() {
+        let ins: Vec<&Tensor> = node
+            .inputs
+            .iter()
+            .map(|&i| values[i].as_ref().expect("operands are evaluated first"))
             .collect();
         let data = eval_op(&node.op, node.dtype, &node.shape, &ins, &params)?;
         debug_assert_eq!(data.len(), node.shape.numel(), "{}", node.op);
-        values[n.index()] = Some(Tensor {
+        values[n] = Some(Tensor {
             dtype: node.dtype,
             shape: node.shape.clone(),
             data,
         });
     }
-    Ok(expr
-        .outputs
+    Ok(g.outputs
         .iter()
-        .map(|o| {
-            let t = values[o.index()].as_ref().expect("outputs are evaluated");
+        .map(|&o| {
+            let t = values[o].as_ref().expect("outputs are evaluated");
             HostData::from_scalars(t.dtype, t.data.iter().copied())
         })
         .collect())
@@ -116,7 +111,7 @@ fn eval_op(
     let n = shape.numel();
     Ok(match op {
         Op::Param(p) => {
-            let d = &params[*p as usize];
+            let d = &params[p.index()];
             (0..d.len()).map(|i| d.get(i)).collect()
         }
         Op::Data => unreachable!("Data nodes are lowered to parameters"),

@@ -10,8 +10,8 @@
 
 use crate::device::Capabilities;
 use crate::wgsl_math;
-use kiln_compiler::{InstOp, Program, Strided};
-use kiln_ir::{BinaryOp, DType, Dim, Error, Result, Scalar, SymShape, UnaryOp};
+use kiln_compiler::{InputId, InstOp, Program, RegId, Strided};
+use kiln_ir::{BinaryOp, DType, Dim, Error, Id, Result, Scalar, SymShape, UnaryOp};
 use std::fmt::Write;
 
 /// The WGSL value type of `dtype`.
@@ -289,11 +289,11 @@ pub(crate) fn emit_program(
     scalars: &[Scalar],
     acc: Option<&str>,
     prefix: &str,
-    load: &mut dyn FnMut(&mut Gen<'_>, &mut String, u32) -> Result<String>,
+    load: &mut dyn FnMut(&mut Gen<'_>, &mut String, InputId) -> Result<String>,
 ) -> Result<Vec<String>> {
-    let ty = |i: u32| program.insts[i as usize].dtype;
-    let v = |i: u32| format!("{prefix}v{i}");
-    for (i, inst) in program.insts.iter().enumerate() {
+    let ty = |i: RegId| program.insts[i].dtype;
+    let v = |i: RegId| format!("{prefix}v{}", i.index());
+    for (i, inst) in program.insts.iter() {
         g.check(inst.dtype)?;
         let d = inst.dtype;
         let e = match inst.op {
@@ -312,7 +312,7 @@ pub(crate) fn emit_program(
             InstOp::Where(c, a, b) => format!("select({}, {}, {})", v(b), v(a), v(c)),
             InstOp::Cast(x) => cast(g, ty(x), d, &v(x)),
         };
-        let _ = writeln!(out, "    let {}: {} = {e};", v(i as u32), vty(d));
+        let _ = writeln!(out, "    let {}: {} = {e};", v(i), vty(d));
     }
     Ok(program.results.iter().map(|&r| v(r)).collect())
 }

@@ -16,8 +16,8 @@
 
 use crate::codegen::{emit_program, from_storage, identity_view, sty, to_storage, vty, Bind, Gen};
 use crate::device::Capabilities;
-use kiln_compiler::{Input, Kernel, KernelKind, Launch, Program, Source, Strided};
-use kiln_ir::{resolve_shape, ArgReduceOp, DType, Dim, Distribution, ReduceOp, Result};
+use kiln_compiler::{Input, InputId, Kernel, KernelKind, Launch, Program, Source, Strided};
+use kiln_ir::{resolve_shape, ArgReduceOp, DType, Dim, Distribution, Id, ReduceOp, Result};
 use std::fmt::Write;
 
 /// Threads per workgroup of the one-dimensional kernels.
@@ -97,7 +97,7 @@ fn load(
     coords: &[String],
     lin: Option<&str>,
 ) -> Result<String> {
-    let input: &Input = &kernel.inputs[x];
+    let input: &Input = &kernel.inputs.as_slice()[x];
     let view: &Strided = &launch.views[x];
     let d = input.dtype;
     g.check(d)?;
@@ -214,7 +214,7 @@ pub(crate) fn elementwise(
         g.check(d)?;
         g.output(j, d);
     }
-    let needs_coords = kernel.inputs.iter().zip(how).any(|(inp, h)| match h {
+    let needs_coords = kernel.inputs.values().zip(how).any(|(inp, h)| match h {
         In::Buffer => !identity_view(&inp.view, &kernel.space),
         In::Virtual => true,
         In::Output(_) => false,
@@ -224,11 +224,13 @@ pub(crate) fn elementwise(
     } else {
         Vec::new()
     };
-    let mut loader = |g: &mut Gen<'_>, out: &mut String, x: u32| {
-        let x = x as usize;
+    let mut loader = |g: &mut Gen<'_>, out: &mut String, x: InputId| {
+        let x = x.index();
         let lin = match how[x] {
             In::Output(_) => Some("i"),
-            In::Buffer if identity_view(&kernel.inputs[x].view, &kernel.space) => Some("i"),
+            In::Buffer if identity_view(&kernel.inputs.as_slice()[x].view, &kernel.space) => {
+                Some("i")
+            }
             _ => None,
         };
         load(g, out, kernel, launch, how, x, &coords, lin)
@@ -350,8 +352,8 @@ fn prologue_value(
 ) -> Result<String> {
     let space = launch.space.dims();
     let coords = reduce_coords(g, body, kernel, space, kept, red, kept_names, 1)?;
-    let mut loader = |g: &mut Gen<'_>, out: &mut String, x: u32| {
-        load(g, out, kernel, launch, how, x as usize, &coords, None)
+    let mut loader = |g: &mut Gen<'_>, out: &mut String, x: InputId| {
+        load(g, out, kernel, launch, how, x.index(), &coords, None)
     };
     let res = emit_program(g, body, program, launch.scalars, None, "", &mut loader)?;
     if res.len() > 1 {
@@ -363,7 +365,7 @@ fn prologue_value(
         }
         let _ = writeln!(body, "    let kpos = {flat};");
         for (j, v) in res.iter().enumerate().skip(1) {
-            let dj = program.insts[program.results[j] as usize].dtype;
+            let dj = program.insts[program.results[j]].dtype;
             g.output(j, dj);
             let _ = writeln!(body, "    o{j}[kpos] = {};", to_storage(dj, v));
         }
@@ -635,7 +637,7 @@ pub(crate) fn arg_reduce(
     let mut g = Gen::new(caps, "wgpu argreduce kernel");
     g.check(DType::I64)?;
     g.need("ext", "u32");
-    let vd = program.insts[program.results[0] as usize].dtype;
+    let vd = program.insts[program.results[0]].dtype;
     g.check(vd)?;
     let st = sty(vd);
     // short rows: a thread per output (see SERIAL_MAX); long rows: a workgroup per output
@@ -911,7 +913,7 @@ pub(crate) fn matmul(
     let (m, n) = (space[r - 2], space[r - 1]);
     let (va, vb) = (&launch.views[0], &launch.views[1]);
     let k = va.shape.dims()[va.shape.rank() - 1];
-    let ad = kernel.inputs[0].dtype;
+    let ad = kernel.inputs.as_slice()[0].dtype;
     g.check(ad)?;
     g.check(out_dtype)?;
     let t = vty(ad);
@@ -1059,8 +1061,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
             let mut coords: Vec<String> = bc.clone();
             coords.push("row".into());
             coords.push("col".into());
-            let mut loader = |g: &mut Gen<'_>, out: &mut String, x: u32| {
-                load(g, out, kernel, launch, how, x as usize, &coords, None)
+            let mut loader = |g: &mut Gen<'_>, out: &mut String, x: InputId| {
+                load(g, out, kernel, launch, how, x.index(), &coords, None)
             };
             let res = emit_program(
                 &mut g,
@@ -1174,7 +1176,7 @@ pub(crate) fn take(
         &mut g,
         &mut body,
         launch,
-        kernel.inputs[1].dtype,
+        kernel.inputs.as_slice()[1].dtype,
         &c[axis..axis + ri],
         &sz,
         4,
@@ -1239,13 +1241,13 @@ pub(crate) fn scatter_add(
     let _ = writeln!(body, "    let p = p0 + li;");
     let _ = writeln!(body, "    var hit = 0u;");
     let _ = writeln!(body, "    if (p < {pl}) {{");
-    let isym: Vec<Dim> = kernel.inputs[1].view.shape().to_vec();
+    let isym: Vec<Dim> = kernel.inputs.as_slice()[1].view.shape().to_vec();
     let pc = g.coords(&mut body, "p", &isym, iv.shape.dims(), "cp")?;
     index_value(
         &mut g,
         &mut body,
         launch,
-        kernel.inputs[1].dtype,
+        kernel.inputs.as_slice()[1].dtype,
         &pc,
         &sz,
         5,
@@ -1324,7 +1326,7 @@ pub(crate) fn top_k(
     let r = view.shape.rank();
     let n = view.shape.dims()[r - 1];
     let rows: usize = view.shape.dims()[..r - 1].iter().product();
-    let d = kernel.inputs[0].dtype;
+    let d = kernel.inputs.as_slice()[0].dtype;
     g.check(d)?;
     g.input(0, d);
     let st = sty(d);
@@ -1332,7 +1334,7 @@ pub(crate) fn top_k(
     body.push_str("    let row = (wg.y * nwg.x + wg.x) * 256u + li;\n");
     let nr = g.size(rows)?;
     let _ = writeln!(body, "    if (row >= {nr}) {{ return; }}");
-    let rsym: Vec<Dim> = kernel.inputs[0].view.shape()[..r - 1].to_vec();
+    let rsym: Vec<Dim> = kernel.inputs.as_slice()[0].view.shape()[..r - 1].to_vec();
     let mut rc = g.coords(&mut body, "row", &rsym, &view.shape.dims()[..r - 1], "cr")?;
     rc.push("jj".into());
     let nn = g.size(n)?;
@@ -1421,7 +1423,7 @@ pub(crate) fn concat(
             body.push_str("    let i = (wg.y * nwg.x + wg.x) * 256u + li;\n");
             let nn = g.size(n)?;
             let _ = writeln!(body, "    if (i >= {nn}) {{ return; }}");
-            let sym: Vec<Dim> = kernel.inputs[x].view.shape().to_vec();
+            let sym: Vec<Dim> = kernel.inputs.as_slice()[x].view.shape().to_vec();
             let c = g.coords(&mut body, "i", &sym, view.shape.dims(), "c")?;
             g.input(0, out_dtype);
             g.output(0, out_dtype);
@@ -1502,17 +1504,8 @@ pub(crate) fn row_group(
                 let _ = writeln!(body, "    for (var e = li; e < {ni}; e = e + 256u) {{");
                 let _ = writeln!(body, "    let i = row * {ni} + e;");
                 let coords = g.coords(&mut body, "i", sym, space, "c")?;
-                let mut loader = |g: &mut Gen<'_>, out: &mut String, x: u32| {
-                    load(
-                        g,
-                        out,
-                        all,
-                        all_launch,
-                        how,
-                        off + x as usize,
-                        &coords,
-                        None,
-                    )
+                let mut loader = |g: &mut Gen<'_>, out: &mut String, x: InputId| {
+                    load(g, out, all, all_launch, how, off + x.index(), &coords, None)
                 };
                 let results = emit_program(
                     &mut g,
@@ -1552,17 +1545,8 @@ pub(crate) fn row_group(
                     for (n, &a) in red.iter().enumerate() {
                         coords[a] = rn[n].clone();
                     }
-                    let mut loader = |g: &mut Gen<'_>, out: &mut String, x: u32| {
-                        load(
-                            g,
-                            out,
-                            all,
-                            all_launch,
-                            how,
-                            off + x as usize,
-                            &coords,
-                            None,
-                        )
+                    let mut loader = |g: &mut Gen<'_>, out: &mut String, x: InputId| {
+                        load(g, out, all, all_launch, how, off + x.index(), &coords, None)
                     };
                     let res =
                         emit_program(g, body, program, all_launch.scalars, None, "", &mut loader)?;

@@ -1081,8 +1081,8 @@ impl WgpuBackend {
         acc: &mut GpuBuffer,
         part: &GpuBuffer,
     ) -> Result<()> {
-        use kiln_compiler::{Inst, InstOp, Program, Source, Strided, View};
-        use kiln_ir::{BinaryOp, Dim, ReduceOp};
+        use kiln_compiler::{InputId, Inst, InstOp, Program, RegId, SlotId, Source, Strided, View};
+        use kiln_ir::{BinaryOp, Dim, Id, IdVec, ReduceOp};
         let d = acc.dtype;
         if d == DType::Bool {
             return Err(internal("a folded reduction of booleans".into()));
@@ -1093,33 +1093,33 @@ impl WgpuBackend {
             ReduceOp::Max => BinaryOp::Maximum,
             ReduceOp::Min => BinaryOp::Minimum,
         };
-        let load = |i: u32| Inst {
-            op: InstOp::Load(i),
+        let load = |i: usize| Inst {
+            op: InstOp::Load(InputId::new(i)),
             dtype: d,
         };
         let space: kiln_ir::SymShape = [Dim::Sym(0)].into_iter().collect();
-        let input = |i: u32| kiln_compiler::Input {
-            source: Source::Slot(i),
+        let input = |i: usize| kiln_compiler::Input {
+            source: Source::Slot(SlotId::new(i)),
             dtype: d,
             view: View::identity(space.clone()),
         };
         let kernel = Kernel {
             kind: KernelKind::Elementwise {
                 program: Program {
-                    insts: vec![
+                    insts: IdVec::from_vec(vec![
                         load(0),
                         load(1),
                         Inst {
-                            op: InstOp::Binary(bop, 0, 1),
+                            op: InstOp::Binary(bop, RegId::new(0), RegId::new(1)),
                             dtype: d,
                         },
-                    ],
-                    results: [2].into_iter().collect(),
+                    ]),
+                    results: [RegId::new(2)].into_iter().collect(),
                 },
             },
             space: space.clone(),
-            inputs: vec![input(0), input(1)],
-            outputs: [0].into_iter().collect(),
+            inputs: IdVec::from_vec(vec![input(0), input(1)]),
+            outputs: [SlotId::new(0)].into_iter().collect(),
         };
         let n = acc.len;
         let shape = kiln_ir::Shape::from([n]);
@@ -1147,26 +1147,27 @@ impl WgpuBackend {
     /// Writes virtual input `x` (iota, random) over its base shape into a new buffer.
     fn materialise(&self, kernel: &Kernel, launch: &Launch<'_>, x: usize) -> Result<GpuBuffer> {
         use kiln_compiler::{Inst, InstOp, Program, Strided, View};
-        let input = &kernel.inputs[x];
+        use kiln_ir::{Id, IdVec};
+        let input = &kernel.inputs.as_slice()[x];
         let base = kiln_ir::resolve_shape(&input.view.base, launch.dims);
         let mut buf = self.new_buffer(input.dtype, base.numel())?;
         let copy = Kernel {
             kind: KernelKind::Elementwise {
                 program: Program {
-                    insts: vec![Inst {
-                        op: InstOp::Load(0),
+                    insts: IdVec::from_vec(vec![Inst {
+                        op: InstOp::Load(kiln_compiler::InputId::new(0)),
                         dtype: input.dtype,
-                    }],
-                    results: [0].into_iter().collect(),
+                    }]),
+                    results: [kiln_compiler::RegId::new(0)].into_iter().collect(),
                 },
             },
             space: input.view.base.clone(),
-            inputs: vec![kiln_compiler::Input {
+            inputs: IdVec::from_vec(vec![kiln_compiler::Input {
                 source: input.source.clone(),
                 dtype: input.dtype,
                 view: View::identity(input.view.base.clone()),
-            }],
-            outputs: [0].into_iter().collect(),
+            }]),
+            outputs: [kiln_compiler::SlotId::new(0)].into_iter().collect(),
         };
         let l = Launch {
             space: base.clone(),
@@ -1267,7 +1268,7 @@ impl WgpuBackend {
         for gk in kernels {
             firsts.push(all_inputs.len());
             for (x, a) in gk.inputs.iter().enumerate() {
-                all_inputs.push(gk.kernel.inputs[x].clone());
+                all_inputs.push(gk.kernel.inputs.as_slice()[x].clone());
                 all_views.push(gk.launch.views[x].clone());
                 let (h, arg) = match a {
                     kiln_compiler::GroupArg::Buffer(b) => (In::Buffer, Arg::Buffer(*b)),
@@ -1312,7 +1313,7 @@ impl WgpuBackend {
                         program: kiln_compiler::Program::default(),
                     },
                     space: kernels[0].kernel.space.clone(),
-                    inputs: all_inputs,
+                    inputs: all_inputs.into(),
                     outputs: Default::default(),
                 };
                 let all_launch = Launch {
@@ -2019,9 +2020,9 @@ fn donated_error(b: &GpuBuffer) -> Error {
 /// The integer dtype a program's division/power errors would name.
 fn program_int_dtype(p: &kiln_compiler::Program) -> Option<DType> {
     use kiln_compiler::InstOp;
-    p.insts.iter().find_map(|i| match i.op {
+    p.insts.values().find_map(|i| match i.op {
         InstOp::Binary(_, a, _) => {
-            let d = p.insts[a as usize].dtype;
+            let d = p.insts[a].dtype;
             (d == DType::I32 || d == DType::I64).then_some(d)
         }
         _ => None,

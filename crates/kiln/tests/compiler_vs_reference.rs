@@ -61,7 +61,8 @@ impl Dtypes {
             && (self.0.len() == DType::ALL.len()
                 || kiln::lower(&[x])
                     .graph
-                    .node_weights()
+                    .nodes
+                    .values()
                     .all(|n| self.has(n.dtype)))
     }
     /// `ds` without the dtypes left out (keeping repeats, which weight the choice).
@@ -300,7 +301,10 @@ fn check(seed: u64, device: kiln::Device, dt: &Dtypes) -> Result<Outcome, String
         .map(|i| i.dot_after)
         .unwrap_or_default();
     if std::env::var("KILN_SEED").is_ok() {
-        eprintln!("params: {:?}\noutputs: {:?}", expr.params, expr.outputs);
+        eprintln!(
+            "params: {:?}\noutputs: {:?}",
+            expr.params, expr.graph.outputs
+        );
     }
     let got = kiln::eval_on(device, &outs);
     if let Err(e) = &got {
@@ -312,10 +316,10 @@ fn check(seed: u64, device: kiln::Device, dt: &Dtypes) -> Result<Outcome, String
         (Err(_), Err(_)) => Ok(Outcome::Checked),
         (Ok(w), Ok(())) => {
             for (k, (o, w)) in outs.iter().zip(&w).enumerate() {
-                let g = kiln::lower(&[o]).params[0]
+                let g = kiln::lower(&[o]).params[kiln_ir::ParamId::from_u32(0)]
                     .to_host()
                     .map_err(|e| format!("download: {e}"))?;
-                let f32_inside = expr.graph.node_weights().any(|n| n.dtype == DType::F32);
+                let f32_inside = expr.graph.nodes.values().any(|n| n.dtype == DType::F32);
                 same(&g, w, f32_inside).map_err(|e| {
                     format!(
                         "output {k} (shape {:?}): {e}\n{}\ncompiled:\n{plan}",
@@ -508,7 +512,7 @@ fn fused_groups_split_under_an_input_limit_equal_the_reference() {
         match (want, got) {
             (Err(_), Err(_)) => {}
             (Ok(w), Ok(g)) => {
-                let f32_inside = expr.graph.node_weights().any(|n| n.dtype == DType::F32);
+                let f32_inside = expr.graph.nodes.values().any(|n| n.dtype == DType::F32);
                 for (k, (g, w)) in g.iter().zip(&w).enumerate() {
                     if let Err(e) = same(g, w, f32_inside) {
                         panic!("case {case} (seed {seed}, limit {limit}) output {k}: {e}");

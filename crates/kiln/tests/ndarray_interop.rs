@@ -36,7 +36,10 @@ fn fortran_layout_is_a_transposed_view_of_its_storage() {
     // The graph's one input is the ndarray's storage itself, under a permute.
     let lowered = kiln::lower(&[&k]);
     assert_eq!(lowered.params.len(), 1);
-    match lowered.params[0].host().expect("host data") {
+    match lowered.params[kiln_ir::ParamId::from_u32(0)]
+        .host()
+        .expect("host data")
+    {
         kiln_ir::HostData::I64(s) => assert_eq!(s.as_ptr(), storage, "copied on the way in"),
         other => panic!("{other:?}"),
     }

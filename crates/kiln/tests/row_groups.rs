@@ -47,7 +47,9 @@ fn check(ys: &[&Array], dtype: DType, min_kernels: usize, what: &str) {
     let tol = if dtype == DType::F32 { 2e-5 } else { 1e-12 };
     for (k, y) in ys.iter().enumerate() {
         close(
-            &kiln::lower(&[y]).params[0].to_host().expect("host data"),
+            &kiln::lower(&[y]).params[kiln_ir::ParamId::from_u32(0)]
+                .to_host()
+                .expect("host data"),
             &want[k],
             tol,
             &format!("{what}, output {k}"),
@@ -133,7 +135,9 @@ fn a_later_kernel_reading_other_rows_ends_the_group() {
         assert_eq!(last.row_group, None, "{report:?}");
         kiln::eval(&[&y]).expect("evaluates");
         close(
-            &kiln::lower(&[&y]).params[0].to_host().expect("host data"),
+            &kiln::lower(&[&y]).params[kiln_ir::ParamId::from_u32(0)]
+                .to_host()
+                .expect("host data"),
             &want[0],
             2e-5,
             "transposed read",
@@ -164,14 +168,14 @@ fn no_buffer_is_reused_inside_a_group() {
     let plan = &c.plan;
     assert!(!plan.groups.is_empty());
     for g in &plan.groups {
-        let mut owner: Vec<(u32, u32)> = Vec::new(); // (buffer, first slot written in it)
-        for kernel in &plan.kernels[g.start..g.end] {
+        let mut owner = Vec::new(); // (buffer, first slot written in it)
+        for kernel in g.kernels().map(|k| &plan.kernels[k]) {
             for &s in &kernel.outputs {
-                let b = plan.slots[s as usize].buffer;
+                let b = plan.slots[s].buffer;
                 if let Some(&(_, first)) = owner.iter().find(|(ob, _)| *ob == b) {
                     let in_place = kernel
                         .inputs
-                        .iter()
+                        .values()
                         .any(|i| i.source == kiln_compiler::Source::Slot(first));
                     assert!(
                         in_place,

@@ -61,12 +61,16 @@ fn check(shape: &[usize], axes: &[isize], dtype: DType) {
     kiln::eval(&[&y, &s]).expect("evaluates");
     let tol = if dtype == DType::F32 { 1e-5 } else { 1e-12 };
     close(
-        &kiln::lower(&[&y]).params[0].to_host().expect("host data"),
+        &kiln::lower(&[&y]).params[kiln_ir::ParamId::from_u32(0)]
+            .to_host()
+            .expect("host data"),
         &want[0],
         tol,
     );
     close(
-        &kiln::lower(&[&s]).params[0].to_host().expect("host data"),
+        &kiln::lower(&[&s]).params[kiln_ir::ParamId::from_u32(0)]
+            .to_host()
+            .expect("host data"),
         &want[1],
         tol,
     );

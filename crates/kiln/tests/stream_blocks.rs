@@ -39,7 +39,9 @@ fn short_blocks_over_long_streams_equal_the_reference() {
         let want = kiln_reference::evaluate(&kiln::lower(&[&y])).expect("reference");
         y.eval().expect("evaluates");
         // An evaluated array lowers to its buffer.
-        let got = &kiln::lower(&[&y]).params[0].to_host().expect("host data");
+        let got = &kiln::lower(&[&y]).params[kiln_ir::ParamId::from_u32(0)]
+            .to_host()
+            .expect("host data");
         assert_eq!((got.len(), want[0].len()), (n, n), "{dtype:?}");
         for i in 0..n {
             let (g, w) = (float(got.get(i)), float(want[0].get(i)));

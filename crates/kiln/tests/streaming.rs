@@ -29,7 +29,9 @@ fn check(ys: &[&Array], tol: f64, what: &str) {
     let want = kiln_reference::evaluate(&kiln::lower(ys)).expect("reference");
     kiln::eval(ys).expect("evaluates");
     for (k, y) in ys.iter().enumerate() {
-        let got = &kiln::lower(&[y]).params[0].to_host().expect("host data");
+        let got = &kiln::lower(&[y]).params[kiln_ir::ParamId::from_u32(0)]
+            .to_host()
+            .expect("host data");
         assert_eq!(got.len(), want[k].len(), "{what}, output {k}");
         for i in 0..got.len() {
             let (g, w) = (value(got, i), value(&want[k], i));

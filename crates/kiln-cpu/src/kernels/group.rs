@@ -45,7 +45,7 @@ pub fn run(
     for gk in kernels {
         let positions = gk.launch.space.numel() / rows.max(1);
         row_positions = row_positions.max(positions);
-        for (arg, input) in gk.inputs.iter().zip(&gk.kernel.inputs) {
+        for (arg, input) in gk.inputs.iter().zip(gk.kernel.inputs.values()) {
             if let GroupArg::Buffer(_) = arg {
                 row_bytes += positions * input.dtype.size_bytes();
             }

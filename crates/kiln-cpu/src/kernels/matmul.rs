@@ -28,8 +28,8 @@ use crate::ops::Int;
 use crate::source::{self, AliasPolicy, Src, SrcKind};
 use crate::typed::{copy_cast, TSlice, TSliceMut, TypedVec};
 use crate::walk::{internal, Walk};
-use kiln_compiler::{Arg, InstOp, Kernel, Launch, Program, Strided};
-use kiln_ir::{BinaryOp, DType, Result, Scalar, UnaryOp};
+use kiln_compiler::{Arg, InstOp, Kernel, Launch, Program, RegId, Strided};
+use kiln_ir::{BinaryOp, DType, Id, Result, Scalar, UnaryOp};
 use smallvec::SmallVec;
 
 /// One operand: its data with the strides and offset of its `[.., rows, cols]` view.
@@ -252,9 +252,9 @@ struct InPlace {
 fn in_place(program: &Program, srcs: &[Src<'_>], scalars: &[Scalar], k: usize) -> Option<InPlace> {
     let dt = srcs[0].dtype;
     let reads_alias = |p: &Program| {
-        p.insts.iter().any(|inst| {
+        p.insts.values().any(|inst| {
             matches!(inst.op, InstOp::Load(x)
-                if srcs.get(x as usize).is_some_and(|s| matches!(s.kind, SrcKind::Alias(_))))
+                if srcs.get(x.index()).is_some_and(|s| matches!(s.kind, SrcKind::Alias(_))))
         })
     };
     let split = (k > 0)
@@ -391,17 +391,17 @@ impl Affine {
             Lin(f64, Option<(usize, f64)>, bool),
             Other,
         }
-        let insts = &program.insts;
+        let insts = program.insts.as_slice();
         let round = |x: f64| if dt == DType::F32 { x as f32 as f64 } else { x };
         let mut vals: Vec<V> = Vec::with_capacity(insts.len());
         let mut uses = vec![0usize; insts.len()];
         for inst in insts {
-            let at = |i: u32| vals.get(i as usize).copied().unwrap_or(V::Other);
+            let at = |i: RegId| vals.get(i.index()).copied().unwrap_or(V::Other);
             let v = match inst.op {
                 _ if inst.dtype != dt => V::Other,
                 InstOp::Acc => V::Lin(1.0, None, false),
-                InstOp::Load(i) if (2..nsrc).contains(&(i as usize)) => {
-                    V::Lin(0.0, Some((i as usize, 1.0)), false)
+                InstOp::Load(i) if (2..nsrc).contains(&i.index()) => {
+                    V::Lin(0.0, Some((i.index(), 1.0)), false)
                 }
                 InstOp::Scalar(j) => match scalars.get(j as usize) {
                     Some(x) => V::Const(round(x.as_f64())),
@@ -438,14 +438,14 @@ impl Affine {
             };
             vals.push(v);
             for o in operands(&inst.op) {
-                uses[o as usize] += 1;
+                uses[o] += 1;
             }
         }
         // The affine value: the last one holding the product. Every earlier value holding it
         // must feed only the next one (else the rest would need the raw product too).
         let holds = |v: &V| matches!(v, V::Lin(a, _, _) if *a != 0.0);
         let root = (0..insts.len()).rev().find(|&i| holds(&vals[i]))?;
-        let result = program.results[0] as usize;
+        let result = program.results[0].index();
         let chain_ok = (0..root)
             .filter(|&i| holds(&vals[i]))
             .all(|i| uses[i] == 1 && i != result);
@@ -465,14 +465,14 @@ impl Affine {
         for i in (0..insts.len()).rev() {
             if live[i] && i != root {
                 for o in operands(&insts[i].op) {
-                    live[o as usize] = true;
+                    live[o] = true;
                 }
             }
         }
-        let mut index = vec![u32::MAX; insts.len()];
+        let mut index = vec![RegId::default(); insts.len()];
         let mut rest = Program::default();
         for (i, inst) in insts.iter().enumerate().filter(|(i, _)| live[*i]) {
-            let m = |v: u32| index[v as usize];
+            let m = |v: RegId| index[v.index()];
             let op = match inst.op {
                 _ if i == root => InstOp::Acc,
                 InstOp::Unary(u, x) => InstOp::Unary(u, m(x)),
@@ -483,8 +483,7 @@ impl Affine {
                 InstOp::Scalar(x) => InstOp::Scalar(x),
                 InstOp::Acc => InstOp::Acc,
             };
-            index[i] = rest.insts.len() as u32;
-            rest.insts.push(kiln_compiler::Inst {
+            index[i] = rest.insts.push(kiln_compiler::Inst {
                 op,
                 dtype: inst.dtype,
             });
@@ -494,14 +493,9 @@ impl Affine {
     }
 }
 
-/// The values an instruction reads.
-fn operands(op: &InstOp) -> SmallVec<[u32; 3]> {
-    match *op {
-        InstOp::Unary(_, x) | InstOp::Cast(x) => SmallVec::from_slice(&[x]),
-        InstOp::Binary(_, x, y) => SmallVec::from_slice(&[x, y]),
-        InstOp::Where(c, x, y) => SmallVec::from_slice(&[c, x, y]),
-        InstOp::Load(_) | InstOp::Scalar(_) | InstOp::Acc => SmallVec::new(),
-    }
+/// The positions of the values an instruction reads.
+fn operands(op: &InstOp) -> impl Iterator<Item = usize> {
+    op.operands().into_iter().map(RegId::index)
 }
 
 struct Dims<'a> {

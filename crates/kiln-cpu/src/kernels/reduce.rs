@@ -19,8 +19,8 @@ use crate::ops::{Float, Int};
 use crate::source::{self, AliasPolicy, In, Src};
 use crate::typed::{copy_cast, Elem, TSlice, TSliceMut, Wrap};
 use crate::walk::{internal, Walk};
-use kiln_compiler::{Arg, InstOp, Kernel, Launch, Program};
-use kiln_ir::{ArgReduceOp, BinaryOp, DType, ReduceOp, Result};
+use kiln_compiler::{Arg, InstOp, Kernel, Launch, Program, RegId};
+use kiln_ir::{ArgReduceOp, BinaryOp, DType, Id, ReduceOp, Result};
 
 /// Pieces a reduction over leading axes (the last kept) is cut into at most, for the thread
 /// team ([`Engine::go`]).
@@ -447,9 +447,9 @@ fn fast_sources(program: &Program, srcs: &[Src<'_>]) -> Option<FastSources> {
         return None;
     };
     let insts = &program.insts;
-    let inst = insts.get(r as usize)?;
+    let inst = insts.get(r)?;
     if let InstOp::Load(s) = inst.op {
-        let s = s as usize;
+        let s = s.index();
         return srcs
             .get(s)
             .is_some_and(|src| src.dtype == inst.dtype && src.direct().is_some())
@@ -458,8 +458,8 @@ fn fast_sources(program: &Program, srcs: &[Src<'_>]) -> Option<FastSources> {
     let InstOp::Binary(BinaryOp::Mul, x, y) = inst.op else {
         return None;
     };
-    let load = |v: u32| match insts.get(v as usize)?.op {
-        InstOp::Load(s) => Some(s as usize),
+    let load = |v: RegId| match insts.get(v)?.op {
+        InstOp::Load(s) => Some(s.index()),
         _ => None,
     };
     let (sx, sy) = (load(x)?, load(y)?);
@@ -468,8 +468,8 @@ fn fast_sources(program: &Program, srcs: &[Src<'_>]) -> Option<FastSources> {
             .is_some_and(|src| src.dtype == DType::F32 && src.direct().is_some())
     };
     (inst.dtype == DType::F32
-        && insts[x as usize].dtype == DType::F32
-        && insts[y as usize].dtype == DType::F32
+        && insts[x].dtype == DType::F32
+        && insts[y].dtype == DType::F32
         && f32_direct(sx)
         && f32_direct(sy))
     .then_some(FastSources::Dot(sx, sy))

@@ -4,12 +4,12 @@
 #![allow(dead_code)]
 
 use kiln_compiler::{
-    BufferDesc, Input, Inst, InstOp, Kernel, KernelKind, OutputRef, Plan, Program, Slot, Source,
-    View, ViewOp,
+    BufferDesc, BufferId, Input, InputId, Inst, InstOp, Kernel, KernelId, KernelKind, OutputRef,
+    Plan, Program, RegId, Slot, SlotId, Source, View, ViewOp,
 };
 use kiln_ir::{
-    build, BinaryOp, Bindings, DType, Dim, Distribution, HostData, LazyExpr, NodeRef, Result,
-    Scalar, Shape, SymShape, UnaryOp,
+    build, BinaryOp, Bindings, DType, Dim, Distribution, HostData, Id, IdVec, LazyExpr, NodeRef,
+    Result, Scalar, Shape, SymShape, UnaryOp,
 };
 use smallvec::SmallVec;
 
@@ -81,8 +81,7 @@ impl Pb {
     pub fn param(&mut self, data: HostData, base: &[usize], ops: &[VOp]) -> Input {
         assert_eq!(data.len(), base.iter().product::<usize>());
         let dtype = data.dtype();
-        self.bindings.params.push(data.into());
-        let p = self.bindings.params.len() as u32 - 1;
+        let p = self.bindings.params.push(data.into());
         Input {
             source: Source::Param(p),
             dtype,
@@ -91,9 +90,9 @@ impl Pb {
     }
 
     /// An input reading slot `s` through `ops`.
-    pub fn slot(&mut self, s: u32, ops: &[VOp]) -> Input {
-        let base = self.slot_dims[s as usize].clone();
-        let dtype = self.plan.slots[s as usize].dtype;
+    pub fn slot(&mut self, s: SlotId, ops: &[VOp]) -> Input {
+        let base = self.slot_dims[s.index()].clone();
+        let dtype = self.plan.slots[s].dtype;
         Input {
             source: Source::Slot(s),
             dtype,
@@ -126,19 +125,18 @@ impl Pb {
         }
     }
 
-    pub fn new_slot(&mut self, dtype: DType, dims: &[usize], buffer: Option<u32>) -> u32 {
+    pub fn new_slot(&mut self, dtype: DType, dims: &[usize], buffer: Option<BufferId>) -> SlotId {
         let shape = self.s(dims);
-        let s = self.plan.slots.len() as u32;
+        let s = self.plan.slots.next_key();
         let buffer = buffer.unwrap_or_else(|| {
             self.plan.buffers.push(BufferDesc {
                 dtype,
                 slots: vec![],
                 output: false,
-                last_use: 0,
-            });
-            self.plan.buffers.len() as u32 - 1
+                last_use: KernelId::new(0),
+            })
         });
-        self.plan.buffers[buffer as usize].slots.push(s);
+        self.plan.buffers[buffer].slots.push(s);
         self.plan.slots.push(Slot {
             dtype,
             shape,
@@ -155,8 +153,8 @@ impl Pb {
         space: &[usize],
         inputs: Vec<Input>,
         outs: &[(DType, &[usize])],
-    ) -> Vec<u32> {
-        let slots: Vec<u32> = outs
+    ) -> Vec<SlotId> {
+        let slots: Vec<SlotId> = outs
             .iter()
             .map(|(d, s)| self.new_slot(*d, s, None))
             .collect();
@@ -164,7 +162,7 @@ impl Pb {
         self.plan.kernels.push(Kernel {
             kind,
             space,
-            inputs,
+            inputs: inputs.into(),
             outputs: slots.iter().copied().collect(),
         });
         slots
@@ -177,34 +175,34 @@ impl Pb {
         space: &[usize],
         inputs: Vec<Input>,
         out: (DType, &[usize]),
-        over: u32,
-    ) -> u32 {
-        let b = self.plan.slots[over as usize].buffer;
+        over: SlotId,
+    ) -> SlotId {
+        let b = self.plan.slots[over].buffer;
         let s = self.new_slot(out.0, out.1, Some(b));
         let space = self.s(space);
         self.plan.kernels.push(Kernel {
             kind,
             space,
-            inputs,
+            inputs: inputs.into(),
             outputs: [s].into_iter().collect(),
         });
         s
     }
 
-    pub fn output(&mut self, s: u32) {
+    pub fn output(&mut self, s: SlotId) {
         self.plan.outputs.push(OutputRef::Slot(s));
     }
 
     /// Finishes the buffer descriptions and runs the plan on the CPU backend.
     pub fn run(mut self) -> Result<Vec<HostData>> {
-        for (b, desc) in self.plan.buffers.iter_mut().enumerate() {
-            let mut last = 0;
-            for (ki, k) in self.plan.kernels.iter().enumerate() {
-                let reads = k.inputs.iter().any(|i| matches!(i.source, Source::Slot(s) if self.plan.slots[s as usize].buffer as usize == b));
-                let writes = k
-                    .outputs
-                    .iter()
-                    .any(|&s| self.plan.slots[s as usize].buffer as usize == b);
+        for (b, desc) in self.plan.buffers.iter_mut() {
+            let mut last = KernelId::new(0);
+            for (ki, k) in self.plan.kernels.iter() {
+                let reads = k
+                    .inputs
+                    .values()
+                    .any(|i| matches!(i.source, Source::Slot(s) if self.plan.slots[s].buffer == b));
+                let writes = k.outputs.iter().any(|&s| self.plan.slots[s].buffer == b);
                 if reads || writes {
                     last = ki;
                 }
@@ -214,7 +212,7 @@ impl Pb {
                 .plan
                 .outputs
                 .iter()
-                .any(|o| matches!(o, OutputRef::Slot(s) if self.plan.slots[*s as usize].buffer as usize == b));
+                .any(|o| matches!(o, OutputRef::Slot(s) if self.plan.slots[*s].buffer == b));
         }
         kiln_compiler::run(kiln_cpu::cpu(), &self.plan, &self.bindings)
     }
@@ -223,51 +221,50 @@ impl Pb {
 /// Program builder.
 #[derive(Default)]
 pub struct P {
-    pub insts: Vec<Inst>,
+    pub insts: IdVec<RegId, Inst>,
 }
 
 impl P {
     pub fn new() -> P {
         P::default()
     }
-    fn push(&mut self, op: InstOp, dtype: DType) -> u32 {
-        self.insts.push(Inst { op, dtype });
-        self.insts.len() as u32 - 1
+    fn push(&mut self, op: InstOp, dtype: DType) -> RegId {
+        self.insts.push(Inst { op, dtype })
     }
-    pub fn load(&mut self, i: u32, dt: DType) -> u32 {
-        self.push(InstOp::Load(i), dt)
+    pub fn load(&mut self, i: usize, dt: DType) -> RegId {
+        self.push(InstOp::Load(InputId::new(i)), dt)
     }
-    pub fn scalar(&mut self, i: u32, dt: DType) -> u32 {
+    pub fn scalar(&mut self, i: u32, dt: DType) -> RegId {
         self.push(InstOp::Scalar(i), dt)
     }
-    pub fn acc(&mut self, dt: DType) -> u32 {
+    pub fn acc(&mut self, dt: DType) -> RegId {
         self.push(InstOp::Acc, dt)
     }
-    pub fn un(&mut self, op: UnaryOp, x: u32) -> u32 {
-        let d = self.insts[x as usize].dtype;
+    pub fn un(&mut self, op: UnaryOp, x: RegId) -> RegId {
+        let d = self.insts[x].dtype;
         self.push(
             InstOp::Unary(op, x),
             if op.is_predicate() { DType::Bool } else { d },
         )
     }
-    pub fn bin(&mut self, op: BinaryOp, a: u32, b: u32) -> u32 {
-        let d = self.insts[a as usize].dtype;
+    pub fn bin(&mut self, op: BinaryOp, a: RegId, b: RegId) -> RegId {
+        let d = self.insts[a].dtype;
         self.push(
             InstOp::Binary(op, a, b),
             if op.is_predicate() { DType::Bool } else { d },
         )
     }
-    pub fn wh(&mut self, c: u32, a: u32, b: u32) -> u32 {
-        let d = self.insts[a as usize].dtype;
+    pub fn wh(&mut self, c: RegId, a: RegId, b: RegId) -> RegId {
+        let d = self.insts[a].dtype;
         self.push(InstOp::Where(c, a, b), d)
     }
-    pub fn cast(&mut self, x: u32, dt: DType) -> u32 {
+    pub fn cast(&mut self, x: RegId, dt: DType) -> RegId {
         self.push(InstOp::Cast(x), dt)
     }
-    pub fn done(self, results: &[u32]) -> Program {
+    pub fn done(self, results: &[RegId]) -> Program {
         Program {
             insts: self.insts,
-            results: results.iter().copied().collect::<SmallVec<[u32; 1]>>(),
+            results: results.iter().copied().collect::<SmallVec<[RegId; 1]>>(),
         }
     }
 }
