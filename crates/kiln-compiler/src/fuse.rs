@@ -781,7 +781,7 @@ impl Builder<'_> {
                     // One kernel for every materialised top_k of the same operand and k.
                     let input = self.view_input(node.inputs[0]);
                     let mut members: Vec<NodeId> = vec![i];
-                    for (j, o) in g.nodes.iter().filter(|(j, _)| *j > i) {
+                    for (j, o) in g.nodes.iter().skip(i.index() + 1) {
                         if self.mat[j]
                             && o.inputs == node.inputs
                             && matches!(o.op, Op::TopK { k: k2, .. } if k2 == *k)

@@ -687,9 +687,9 @@ impl Plan {
                 let output = self.outputs.contains(&OutputRef::Slot(s));
                 let read_later = self
                     .kernels
-                    .iter()
-                    .filter(|(l, _)| *l > k)
-                    .any(|(_, l)| l.inputs.values().any(|i| i.source == Source::Slot(s)));
+                    .values()
+                    .skip(k.index() + 1)
+                    .any(|l| l.inputs.values().any(|i| i.source == Source::Slot(s)));
                 if !output || read_later {
                     return Err(format!(
                         "kernel {} is marked as writing unread outputs, but slot {} is {}",
