@@ -11,64 +11,58 @@ use crate::shape::Shape;
 use smallvec::SmallVec;
 use std::fmt;
 
-/// Elementwise functions of one operand.
-///
-/// ```
-/// assert_eq!(kiln_ir::UnaryOp::Exp.name(), "exp");
-/// ```
-#[allow(missing_docs)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum UnaryOp {
-    Neg,
-    Abs,
-    Sign,
-    Exp,
-    Log,
-    Log1p,
-    Expm1,
-    Sqrt,
-    Rsqrt,
-    Square,
-    Recip,
-    Sin,
-    Cos,
-    Tanh,
-    Sigmoid,
-    Relu,
-    Floor,
-    Ceil,
-    /// Round half to even, as `numpy.round`.
-    Round,
-    IsNan,
-    LogicalNot,
+/// Defines a fieldless enum and its `ALL` constant, every member in declaration order: the
+/// list is complete by construction (a member added to the enum is in `ALL`), which the
+/// exhaustive tests over every op rely on.
+macro_rules! with_all {
+    ($(#[$meta:meta])* pub enum $name:ident { $($(#[$vmeta:meta])* $member:ident,)* }) => {
+        $(#[$meta])*
+        pub enum $name {
+            $($(#[$vmeta])* $member,)*
+        }
+
+        impl $name {
+            /// Every member, in declaration order.
+            pub const ALL: [$name; [$(stringify!($member)),*].len()] = [$($name::$member),*];
+        }
+    };
+}
+
+with_all! {
+    /// Elementwise functions of one operand.
+    ///
+    /// ```
+    /// assert_eq!(kiln_ir::UnaryOp::Exp.name(), "exp");
+    /// ```
+    #[allow(missing_docs)]
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum UnaryOp {
+        Neg,
+        Abs,
+        Sign,
+        Exp,
+        Log,
+        Log1p,
+        Expm1,
+        Sqrt,
+        Rsqrt,
+        Square,
+        Recip,
+        Sin,
+        Cos,
+        Tanh,
+        Sigmoid,
+        Relu,
+        Floor,
+        Ceil,
+        /// Round half to even, as `numpy.round`.
+        Round,
+        IsNan,
+        LogicalNot,
+    }
 }
 
 impl UnaryOp {
-    /// Every unary op.
-    pub const ALL: [UnaryOp; 21] = [
-        UnaryOp::Neg,
-        UnaryOp::Abs,
-        UnaryOp::Sign,
-        UnaryOp::Exp,
-        UnaryOp::Log,
-        UnaryOp::Log1p,
-        UnaryOp::Expm1,
-        UnaryOp::Sqrt,
-        UnaryOp::Rsqrt,
-        UnaryOp::Square,
-        UnaryOp::Recip,
-        UnaryOp::Sin,
-        UnaryOp::Cos,
-        UnaryOp::Tanh,
-        UnaryOp::Sigmoid,
-        UnaryOp::Relu,
-        UnaryOp::Floor,
-        UnaryOp::Ceil,
-        UnaryOp::Round,
-        UnaryOp::IsNan,
-        UnaryOp::LogicalNot,
-    ];
-
     /// The op's name, as in numpy where numpy has it.
     ///
     /// ```
@@ -126,60 +120,41 @@ impl UnaryOp {
     }
 }
 
-/// Elementwise functions of two operands of equal dtype and shape.
-///
-/// ```
-/// assert!(kiln_ir::BinaryOp::Lt.is_comparison());
-/// ```
-#[allow(missing_docs)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum BinaryOp {
-    Add,
-    Sub,
-    Mul,
-    /// True division on floats. (Integer operands are cast to float by [`crate::build`].)
-    Div,
-    /// numpy's `floor_divide`: rounds toward negative infinity.
-    FloorDiv,
-    /// numpy's `remainder`: the result has the sign of the divisor.
-    Rem,
-    Pow,
-    /// Propagates NaN, as `numpy.maximum`.
-    Maximum,
-    /// Propagates NaN, as `numpy.minimum`.
-    Minimum,
-    Eq,
-    Ne,
-    Lt,
-    Le,
-    Gt,
-    Ge,
-    LogicalAnd,
-    LogicalOr,
+with_all! {
+    /// Elementwise functions of two operands of equal dtype and shape.
+    ///
+    /// ```
+    /// assert!(kiln_ir::BinaryOp::Lt.is_comparison());
+    /// ```
+    #[allow(missing_docs)]
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum BinaryOp {
+        Add,
+        Sub,
+        Mul,
+        /// True division on floats. (Integer operands are cast to float by [`crate::build`].)
+        Div,
+        /// numpy's `floor_divide`: rounds toward negative infinity.
+        FloorDiv,
+        /// numpy's `remainder`: the result has the sign of the divisor.
+        Rem,
+        Pow,
+        /// Propagates NaN, as `numpy.maximum`.
+        Maximum,
+        /// Propagates NaN, as `numpy.minimum`.
+        Minimum,
+        Eq,
+        Ne,
+        Lt,
+        Le,
+        Gt,
+        Ge,
+        LogicalAnd,
+        LogicalOr,
+    }
 }
 
 impl BinaryOp {
-    /// Every binary op.
-    pub const ALL: [BinaryOp; 17] = [
-        BinaryOp::Add,
-        BinaryOp::Sub,
-        BinaryOp::Mul,
-        BinaryOp::Div,
-        BinaryOp::FloorDiv,
-        BinaryOp::Rem,
-        BinaryOp::Pow,
-        BinaryOp::Maximum,
-        BinaryOp::Minimum,
-        BinaryOp::Eq,
-        BinaryOp::Ne,
-        BinaryOp::Lt,
-        BinaryOp::Le,
-        BinaryOp::Gt,
-        BinaryOp::Ge,
-        BinaryOp::LogicalAnd,
-        BinaryOp::LogicalOr,
-    ];
-
     /// The op's name, as in numpy.
     ///
     /// ```
@@ -709,5 +684,27 @@ impl fmt::Display for Op {
             Op::TopK { k, .. } => write!(f, "{} k={k}", self.name()),
             other => f.write_str(other.name()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{BinaryOp, UnaryOp};
+
+    /// `ALL` is made with the enum (`with_all!`): every member once, named apart (each
+    /// `name` is an exhaustive `match`, so a new member must get one).
+    #[test]
+    fn all_lists_every_member_once() {
+        let unary: Vec<&str> = UnaryOp::ALL.iter().map(|op| op.name()).collect();
+        let binary: Vec<&str> = BinaryOp::ALL.iter().map(|op| op.name()).collect();
+        for names in [&unary, &binary] {
+            let mut sorted = names.to_vec();
+            sorted.sort_unstable();
+            sorted.dedup();
+            assert_eq!(sorted.len(), names.len(), "{names:?}");
+        }
+        assert_eq!((unary.len(), binary.len()), (21, 17));
+        assert_eq!(UnaryOp::ALL[0], UnaryOp::Neg);
+        assert_eq!(BinaryOp::ALL[16], BinaryOp::LogicalOr);
     }
 }
