@@ -143,6 +143,15 @@ component {
 "#,
     )
     .unwrap();
+    // the training file: the fixture and a non-projective tree (1 → 3 and 2 → 4 cross),
+    // which training lifts to a projective one
+    let train = dir.join("train.conllu");
+    let mut text = std::fs::read_to_string(data).unwrap();
+    text.push_str(
+        "1\tBen\t_\tPRON\t_\t_\t0\troot\t_\t_\n2\tsen\t_\tPRON\t_\t_\t1\tdep\t_\t_\n\
+         3\tsiz\t_\tPRON\t_\t_\t1\tdep\t_\t_\n4\tonlar\t_\tPRON\t_\t_\t2\tdep\t_\t_\n\n",
+    );
+    std::fs::write(&train, text).unwrap();
     let out = dir.join("model");
     let (code, _, err) = run(
         env!("CARGO_BIN_EXE_kiln-dragnn-train"),
@@ -150,7 +159,7 @@ component {
             "--spec",
             spec.to_str().unwrap(),
             "--train",
-            data,
+            train.to_str().unwrap(),
             "--dev",
             data,
             "--out",
@@ -166,6 +175,10 @@ component {
     );
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("model saved"), "{err}");
+    assert!(
+        err.contains("projectivized the training set: 1 of 4 trees lifted"),
+        "{err}"
+    );
     let log = std::fs::read_to_string(out.join("train.jsonl")).unwrap();
     let events: Vec<serde_json::Value> = log
         .lines()

@@ -2,7 +2,9 @@
 //! the translator metadata of a hand-worked arc-standard parse, shift-only right to left,
 //! the tagger's oracle, name-based construction, driving a `Beam`, and arc-standard's
 //! oracle over the whole Turkish treebank (every projective tree reproduced exactly; the
-//! non-projective ones, found by an independent crossing-arcs test, counted and reported).
+//! non-projective ones, found by an independent crossing-arcs test, counted, reported and,
+//! lifted by `projectivize`, reproduced), and `projectivize` on every tree of up to six
+//! words (projective by crossing arcs, each word under one of its original ancestors).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -12,8 +14,8 @@ use kiln_dragnn::beam::{Beam, TransitionState};
 use kiln_dragnn::document::{read_conllu, read_conllu_file, Sentence};
 use kiln_dragnn::term_map::{TermMapOptions, TermMaps};
 use kiln_dragnn::transition::{
-    create, is_projective as library_is_projective, ArcStandard, Once, ParserState, ShiftOnly,
-    Tagger, TransitionError, TransitionSystem, NO_PARAMS,
+    create, is_projective as library_is_projective, projectivize, ArcStandard, Once, ParserState,
+    ShiftOnly, Tagger, TransitionError, TransitionSystem, NO_PARAMS,
 };
 
 /// "the cat sat down": the ← cat ← sat → down, sat the root.
@@ -492,6 +494,75 @@ fn projectivity_test_on_hand_made_trees() {
     assert!(checked > 10_000, "{checked}");
 }
 
+/// Calls `f` with every head assignment of `n` words (each head in `-1..n`).
+fn for_each_head_assignment(n: usize, mut f: impl FnMut(&[i32])) {
+    let mut heads = vec![-1i32; n];
+    loop {
+        f(&heads);
+        let mut i = 0;
+        while i < n && heads[i] == n as i32 - 1 {
+            heads[i] = -1;
+            i += 1;
+        }
+        if i == n {
+            break;
+        }
+        heads[i] += 1;
+    }
+}
+
+/// Whether `ancestor` is `word` or above it in the tree `heads` (-1 is above every word).
+fn is_ancestor(heads: &[i32], ancestor: i32, word: i32) -> bool {
+    let mut at = word;
+    loop {
+        if at == ancestor {
+            return true;
+        }
+        if at < 0 {
+            return false;
+        }
+        at = heads[at as usize];
+    }
+}
+
+#[test]
+fn projectivize_lifts_every_tree_of_up_to_six_words_to_a_projective_one() {
+    let (mut trees, mut lifted) = (0, 0);
+    for n in 1..=6usize {
+        for_each_head_assignment(n, |original| {
+            let mut heads = original.to_vec();
+            let lifts = projectivize(&mut heads);
+            if !is_tree(original) {
+                assert_eq!(lifts, None, "{original:?} is not a tree");
+                assert_eq!(heads, original, "left alone");
+                return;
+            }
+            trees += 1;
+            let lifts = lifts.unwrap_or_else(|| panic!("{original:?} is a tree"));
+            assert!(is_tree(&heads), "{original:?} → {heads:?}");
+            assert!(is_projective(&heads), "{original:?} → {heads:?}");
+            if is_projective(original) {
+                assert_eq!((lifts, &heads[..]), (0, original), "already projective");
+                return;
+            }
+            lifted += 1;
+            let changed = (0..n).filter(|&i| heads[i] != original[i]).count();
+            assert!(changed >= 1 && changed <= lifts, "{original:?} → {heads:?}");
+            for (i, (&new, &old)) in heads.iter().zip(original).enumerate() {
+                // a lifted word hangs from one of its original head's ancestors
+                assert!(
+                    is_ancestor(original, new, old),
+                    "{original:?} → {heads:?}: word {i}"
+                );
+            }
+        });
+    }
+    assert!(
+        trees > 10_000 && lifted > 1_000,
+        "{trees} trees, {lifted} lifted"
+    );
+}
+
 fn treebank_dir() -> Option<PathBuf> {
     let dir = std::env::var_os("KILN_DATA_DIR")
         .map(PathBuf::from)
@@ -560,6 +631,21 @@ fn arc_standard_oracle_reproduces_every_projective_treebank_tree() {
                 !reproduced,
                 "{id}: a non-projective tree cannot be reproduced"
             );
+            // lifted to a projective tree, the oracle follows it exactly
+            let mut lifted_heads = gold_heads.clone();
+            assert!(
+                projectivize(&mut lifted_heads).is_some_and(|n| n > 0),
+                "{id}"
+            );
+            let mut lifted = (*sentence).clone();
+            for (i, &h) in lifted_heads.iter().enumerate() {
+                lifted.set_head(i, Some(h)).unwrap();
+            }
+            let mut state = sys.initial_state(Arc::new(lifted), &maps);
+            sys.run_oracle(&mut state)
+                .unwrap_or_else(|e| panic!("{id}: {e}"));
+            assert_eq!(state.heads(), &lifted_heads[..], "{id}: lifted tree");
+            assert_eq!(state.labels(), &gold_labels[..], "{id}: labels kept");
             non_projective_ids.push(id);
         }
     }

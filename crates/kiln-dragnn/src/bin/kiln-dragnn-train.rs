@@ -5,10 +5,13 @@
 //! kiln-dragnn-train --spec SPEC --train train.conllu --dev dev.conllu --out DIR
 //!                   [--grid TRAINING_GRID] [--steps N] [--batch-size N] [--report-every N]
 //!                   [--time-limit SECONDS] [--metric las|uas|upos|upos-las]
+//!                   [--projectivize-training-set true|false]
 //! kiln-dragnn-train --spec SPEC --treebank data/turkish-treebanks --out DIR ...
 //! ```
 //!
 //! The term maps are built from the training file.
+//! Non-projective training trees are lifted to projective ones first (as the reference's
+//! trainer does by default), so that arc-standard's static oracle can follow every one.
 //! `DIR` receives the model (see `kiln_dragnn::model`), `train.jsonl` (one JSON object per
 //! step and per evaluation) and `result.json`.
 //! A progress bar is drawn when stderr is a terminal; otherwise each evaluation is one
@@ -30,6 +33,7 @@ use kiln_dragnn::model::train::{Trainer, Unroll};
 use kiln_dragnn::model::MasterModel;
 use kiln_dragnn::spec::{GridPoint, MasterSpec, TrainTarget, TrainingGridSpec};
 use kiln_dragnn::term_map::{TermMapOptions, TermMaps};
+use kiln_dragnn::transition::projectivize;
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum MetricArg {
@@ -81,6 +85,30 @@ struct Args {
     /// Threads of dev evaluation.
     #[arg(long, default_value_t = 1)]
     threads: usize,
+    /// Lift non-projective training trees to projective ones (the reference trainer's
+    /// `projectivize_training_set`); the dev part is scored against its own trees.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    projectivize_training_set: bool,
+}
+
+/// Lifts each sentence's tree to a projective one (`kiln_dragnn::transition::projectivize`)
+/// and returns how many sentences changed; a sentence whose heads are incomplete or not a
+/// tree is left as it is.
+fn projectivize_all(sentences: &mut [Sentence]) -> Result<usize, String> {
+    let mut changed = 0;
+    for s in sentences {
+        if (0..s.len()).any(|i| s.head(i).is_none()) {
+            continue;
+        }
+        let mut heads = s.heads();
+        if projectivize(&mut heads).is_some_and(|lifts| lifts > 0) {
+            for (i, &h) in heads.iter().enumerate() {
+                s.set_head(i, Some(h)).map_err(|e| e.to_string())?;
+            }
+            changed += 1;
+        }
+    }
+    Ok(changed)
 }
 
 fn read_grid(args: &Args) -> Result<(GridPoint, Vec<TrainTarget>), String> {
@@ -110,7 +138,7 @@ fn read_grid(args: &Args) -> Result<(GridPoint, Vec<TrainTarget>), String> {
 fn run(args: Args) -> Result<(), String> {
     let spec = MasterSpec::from_file(&args.spec).map_err(|e| e.to_string())?;
     let (grid, targets) = read_grid(&args)?;
-    let (train, dev): (Vec<Sentence>, Vec<Sentence>) = match &args.treebank {
+    let (mut train, dev): (Vec<Sentence>, Vec<Sentence>) = match &args.treebank {
         Some(dir) => {
             let split = read_turkish_treebank(dir).map_err(|e| e.to_string())?;
             (split.train, split.dev)
@@ -125,6 +153,13 @@ fn run(args: Args) -> Result<(), String> {
             (read(&args.train)?, read(&args.dev)?)
         }
     };
+    if args.projectivize_training_set {
+        let lifted = projectivize_all(&mut train)?;
+        eprintln!(
+            "projectivized the training set: {lifted} of {} trees lifted",
+            train.len()
+        );
+    }
     let maps = TermMaps::build(&train, &TermMapOptions::default());
     let model = MasterModel::new(spec, grid, Arc::new(maps), kiln::DType::F32)
         .map_err(|e| e.to_string())?;

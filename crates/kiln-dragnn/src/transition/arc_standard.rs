@@ -330,3 +330,81 @@ pub fn is_projective(heads: &[i32]) -> bool {
     }
     true
 }
+
+/// Makes the tree `heads` (as [`is_projective`] reads it) projective by lifting, as the
+/// reference's training readers do (`projectivize_training_set`, SyntaxNet's document
+/// filter): while some arc is non-projective, the one whose dependent lies deepest in the
+/// tree (the leftmost of those) is moved up to its head's head.
+/// Every lifted word keeps its label and hangs from one of its original ancestors, so
+/// arc-standard's static oracle can follow the result exactly.
+/// Returns the number of lifts, or `None` (and leaves `heads` alone) when `heads` is not a
+/// tree (a cycle or a head out of range).
+///
+/// ```
+/// use kiln_dragnn::transition::{is_projective, projectivize};
+/// let mut heads = [-1, 0, 0, 1]; // a → c and b → d cross: d moves up to a
+/// assert_eq!(projectivize(&mut heads), Some(1));
+/// assert_eq!(heads, [-1, 0, 0, 0]);
+/// assert!(is_projective(&heads));
+/// let mut projective = [1, -1, 1];
+/// assert_eq!(projectivize(&mut projective), Some(0));
+/// assert_eq!(projectivize(&mut [1, 0]), None); // a cycle
+/// ```
+pub fn projectivize(heads: &mut [i32]) -> Option<usize> {
+    let n = heads.len();
+    let depths = |heads: &[i32]| -> Option<Vec<usize>> {
+        let mut depth = vec![0usize; n];
+        for (d, slot) in depth.iter_mut().enumerate() {
+            let mut at = d as i32;
+            let mut steps = 0;
+            while at >= 0 {
+                if steps > n {
+                    return None; // a cycle
+                }
+                at = heads[at as usize];
+                steps += 1;
+            }
+            *slot = steps;
+        }
+        Some(depth)
+    };
+    if heads.iter().any(|&h| h < -1 || h >= n as i32) {
+        return None;
+    }
+    let mut depth = depths(heads)?;
+    // `ancestor` dominates `token` (reflexively; the root, -1, dominates every word)
+    let dominates = |heads: &[i32], depth: &[usize], ancestor: i32, mut token: i32| -> bool {
+        if ancestor < 0 {
+            return true;
+        }
+        let target = depth[ancestor as usize];
+        while token >= 0 && depth[token as usize] > target {
+            token = heads[token as usize];
+        }
+        token == ancestor
+    };
+    let mut lifts = 0;
+    loop {
+        let mut deepest: Option<usize> = None;
+        for (d, &h) in heads.iter().enumerate() {
+            if h < 0 || deepest.is_some_and(|best| depth[best] >= depth[d]) {
+                continue;
+            }
+            let (lo, hi) = if (h as usize) < d {
+                (h as usize, d)
+            } else {
+                (d, h as usize)
+            };
+            if (lo + 1..hi).any(|k| !dominates(heads, &depth, h, k as i32)) {
+                deepest = Some(d);
+            }
+        }
+        let Some(d) = deepest else {
+            return Some(lifts);
+        };
+        heads[d] = heads[heads[d] as usize];
+        lifts += 1;
+        // lifting `d` raises its whole subtree by one level
+        depth = depths(heads).expect("lifting keeps a tree a tree");
+    }
+}

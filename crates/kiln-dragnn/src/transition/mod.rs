@@ -31,7 +31,7 @@ mod once;
 mod shift_only;
 mod tagger;
 
-pub use arc_standard::{is_projective, ArcStandard};
+pub use arc_standard::{is_projective, projectivize, ArcStandard};
 pub use once::Once;
 pub use shift_only::ShiftOnly;
 pub use tagger::Tagger;
