@@ -5,7 +5,8 @@
 //! `arc-standard`, [`Once`] `once`), name-based construction with [`create`], and the
 //! adapter that lets any transition system drive a [`crate::beam::Beam`] of parser states
 //! (every `TransitionSystem`, `dyn TransitionSystem` included, implements
-//! [`BeamFunctions<ParserState>`]).
+//! [`BeamFunctions<ParserState>`]), and arc-standard's tree checks ([`is_projective`],
+//! [`projectivize`], which lifts a training tree so the static oracle can follow it).
 //!
 //! # Conventions (SyntaxNet's)
 //! - Tokens are the sentence's words, indexed from 0; `-1` is the artificial root, `-2`
