@@ -198,8 +198,9 @@ impl std::fmt::Debug for TermMap {
     }
 }
 
-/// The affixes of one kind and length of a map's terms (SyntaxNet's affix tables): each
-/// affix's id is the order in which the terms, in id order, first give it.
+/// The affixes of one kind and length of a map's terms (SyntaxNet's affix tables), or their
+/// character n-grams ([`TermMap::char_ngrams`]): each string's id is the order in which the
+/// terms, in id order, first give it.
 ///
 /// ```
 /// use kiln_dragnn::term_map::{AffixMap, TermMap};
@@ -288,7 +289,115 @@ impl AffixMap {
     }
 }
 
+/// How `char-ngram` cuts a word into character n-grams: SyntaxNet's `CharNgram` parameters
+/// `max_char_ngram_length` (default 3), `use_terminators` (default false: `^` and `$` added
+/// as characters before and after the word) and `mark_boundaries` (default false: an
+/// n-gram starting the word is prefixed with `^ `, one ending it suffixed with ` $`).
+///
+/// ```
+/// use kiln_dragnn::term_map::NgramOptions;
+/// let o = NgramOptions::default();
+/// assert_eq!((o.max_length, o.terminators, o.mark_boundaries), (3, false, false));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct NgramOptions {
+    /// The longest n-gram, in characters (at least 1).
+    pub max_length: u32,
+    /// Whether `^` and `$` stand before and after the word as characters of their own.
+    pub terminators: bool,
+    /// Whether n-grams at the word's start and end are marked `^ ` and ` $`.
+    pub mark_boundaries: bool,
+}
+
+impl Default for NgramOptions {
+    fn default() -> NgramOptions {
+        NgramOptions {
+            max_length: 3,
+            terminators: false,
+            mark_boundaries: false,
+        }
+    }
+}
+
+/// Calls `f` with each character n-gram of `word` (SyntaxNet's `CharNgram` order: by start
+/// position, then by length from 1 up to `options.max_length`; an n-gram never spans a
+/// space). Repeated n-grams are given each time they occur.
+///
+/// ```
+/// use kiln_dragnn::term_map::{char_ngrams, NgramOptions};
+/// let mut got = Vec::new();
+/// char_ngrams("eve", NgramOptions { max_length: 2, ..Default::default() }, |g| got.push(g.to_string()));
+/// assert_eq!(got, ["e", "ev", "v", "ve", "e"]);
+/// let mut got = Vec::new();
+/// let o = NgramOptions { max_length: 2, terminators: true, mark_boundaries: false };
+/// char_ngrams("ev", o, |g| got.push(g.to_string()));
+/// assert_eq!(got, ["^", "^e", "e", "ev", "v", "v$", "$"]);
+/// let mut got = Vec::new();
+/// let o = NgramOptions { max_length: 2, terminators: false, mark_boundaries: true };
+/// char_ngrams("ev", o, |g| got.push(g.to_string()));
+/// assert_eq!(got, ["^ e", "^ ev $", "v $"]);
+/// ```
+pub fn char_ngrams(word: &str, options: NgramOptions, mut f: impl FnMut(&str)) {
+    let mut chars: Vec<&str> = Vec::with_capacity(word.len() + 2);
+    if options.terminators {
+        chars.push("^");
+    }
+    chars.extend(word.char_indices().map(|(i, c)| &word[i..i + c.len_utf8()]));
+    if options.terminators {
+        chars.push("$");
+    }
+    let mut gram = String::new();
+    for start in 0..chars.len() {
+        gram.clear();
+        if options.mark_boundaries && start == 0 {
+            gram.push_str("^ ");
+        }
+        for (k, c) in chars[start..]
+            .iter()
+            .take(options.max_length as usize)
+            .enumerate()
+        {
+            if *c == " " {
+                break;
+            }
+            gram.push_str(c);
+            if options.mark_boundaries && start + k + 1 == chars.len() {
+                let end = gram.len();
+                gram.push_str(" $");
+                f(&gram);
+                gram.truncate(end);
+            } else {
+                f(&gram);
+            }
+        }
+    }
+}
+
 impl TermMap {
+    /// The character n-grams ([`char_ngrams`]) of the map's terms, as a table whose ids
+    /// are the order in which the terms, in id order, first give each n-gram (SyntaxNet
+    /// read a `char-ngram-map` resource built from the training words instead).
+    ///
+    /// ```
+    /// use kiln_dragnn::term_map::{NgramOptions, TermMap};
+    /// let words = TermMap::from_text("2\nev 2\nve 1\n", 0, 0).unwrap();
+    /// let grams = words.char_ngrams(NgramOptions { max_length: 2, ..Default::default() });
+    /// assert_eq!((grams.id("e"), grams.id("ev"), grams.id("v"), grams.id("ve")), (Some(0), Some(1), Some(2), Some(3)));
+    /// assert_eq!(grams.len(), 4);
+    /// ```
+    pub fn char_ngrams(&self, options: NgramOptions) -> Arc<AffixMap> {
+        let mut ids: HashMap<String, usize, rustc_hash::FxBuildHasher> = HashMap::default();
+        for word in self.terms() {
+            char_ngrams(word, options, |g| {
+                if !ids.contains_key(g) {
+                    let next = ids.len();
+                    ids.insert(g.to_owned(), next);
+                }
+            });
+        }
+        Arc::new(AffixMap { ids })
+    }
+
     /// Builds the map from terms already in id order, applying the cut.
     fn from_sorted(terms: Vec<(String, u64)>, min_frequency: u64, max_terms: usize) -> TermMap {
         let limit = if max_terms == 0 {

@@ -129,6 +129,7 @@ fn kiln_dragnn_train_writes_a_model_kiln_parse_loads() {
   name: "tagger"
   transition_system { registered_name: "tagger" }
   fixed_feature { name: "words" fml: "input(-1).word input.word input(1).word" embedding_dim: 8 }
+  fixed_feature { name: "ngrams" fml: "input.char-ngram(use_terminators=true)" embedding_dim: 4 }
   network_unit { registered_name: "FeedForwardNetwork" parameters { key: "hidden_layer_sizes" value: "8" } }
   backend { registered_name: "SyntaxNetComponent" }
 }

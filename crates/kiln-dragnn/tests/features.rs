@@ -3,7 +3,8 @@
 //! labels); the extractor against features computed by hand from the trees of
 //! `fixtures/features.conllu` at parser states reached by explicit arc-standard actions
 //! (word, tag and label of the input, the stack, children, siblings and heads); link
-//! features; `last-action`; `prefix`/`suffix`; the word shapes of `token {digit hyphen
+//! features; `last-action`; `prefix`/`suffix`; `char-ngram` (several features per slot);
+//! the word shapes of `token {digit hyphen
 //! punctuation-amount quote}` on `fixtures/features-shape.conllu` (one sentence written for
 //! these tests: quotes, a hyphen, digits, capitals); hostile templates give errors, not
 //! panics.
@@ -371,6 +372,79 @@ fn prefixes_and_suffixes() {
     assert_eq!(all_ids(&*ch, &s), [0, 0, 0, 1]);
 }
 
+/// Every feature of each slot, in extraction order.
+fn multi_ids(channel: &dyn FixedFeatures, state: &ParserState) -> Vec<Vec<i64>> {
+    let mut out = Vec::new();
+    channel.extract(state, &mut out);
+    let mut ids = vec![Vec::new(); channel.size()];
+    for f in out {
+        assert_eq!(f.weight, 1.0);
+        ids[f.slot].push(f.id);
+    }
+    ids
+}
+
+#[test]
+fn char_ngrams_give_one_feature_per_known_ngram() {
+    // Words by count: ev (2) = 0, eve (1) = 1. Their n-grams of up to 3 characters in word
+    // order, by start then length: ev → e ev v; eve → e ev eve v ve e. The table, by first
+    // appearance: e=0 ev=1 v=2 eve=3 ve=4 (A = 5): unknown 5, <OUTSIDE> 6, <ROOT> 7.
+    let train = read_conllu(
+        "1\tev\t_\tNOUN\t_\t_\t0\troot\t_\t_\n\n\
+         1\tev\t_\tNOUN\t_\t_\t2\tobj\t_\t_\n2\teve\t_\tNOUN\t_\t_\t0\troot\t_\t_\n",
+    )
+    .unwrap();
+    let maps = maps_of(&train);
+    let test = read_conllu(
+        "1\teve\t_\t_\t_\t_\t_\t_\t_\t_\n2\txe\t_\t_\t_\t_\t_\t_\t_\t_\n\
+         3\tzz\t_\t_\t_\t_\t_\t_\t_\t_\n",
+    )
+    .unwrap();
+    let s = arc_standard(&test[0], &maps, &[]);
+    let channel = fixed(
+        "input.char-ngram input(1).char-ngram input(2).char-ngram stack.char-ngram \
+         input(3).char-ngram input(-1).token.char-ngram",
+        &maps,
+    );
+    assert_eq!(channel.vocabulary_size(), 5 + 3);
+    assert_eq!(
+        multi_ids(&*channel, &s),
+        [
+            vec![0, 1, 3, 2, 4, 0], // eve: e ev eve v ve e
+            vec![0],                // xe: only e is known
+            vec![5],                // zz: none known, the unknown id
+            vec![7],                // the root on the stack
+            vec![6],                // past the end
+            vec![6],                // inside `token` the root is <OUTSIDE>
+        ]
+    );
+    // the parameters change the n-grams and so the table: terminators and bigrams at most
+    // give ^ ^e e ev v v$ $ (ev) and then ve e$ (eve): A = 9
+    let t = fixed(
+        "input.char-ngram(max_char_ngram_length=2,use_terminators=true)",
+        &maps,
+    );
+    assert_eq!(t.vocabulary_size(), 9 + 3);
+    // eve: ^ ^e e ev v ve e e$ $
+    assert_eq!(multi_ids(&*t, &s), [vec![0, 1, 2, 3, 4, 7, 2, 8, 6]]);
+    // bad parameters are errors naming them
+    for (fml, needle) in [
+        (
+            "input.char-ngram(max_char_ngram_length=0)",
+            "max_char_ngram_length=0",
+        ),
+        (
+            "input.char-ngram(use_terminators=yes)",
+            "use_terminators=yes",
+        ),
+        ("input.char-ngram(length=2)", "length"),
+        ("input.char-ngram(2)", "positional"),
+    ] {
+        let e = fixed_channel(&fixed_spec("c", fml), &maps).unwrap_err();
+        assert!(e.to_string().contains(needle), "{fml}: {e}");
+    }
+}
+
 #[test]
 fn tokens_shapes_give_four_features_per_token() {
     let shapes = read_conllu(SHAPES).unwrap();
@@ -730,7 +804,6 @@ fn unknown_features_bad_arguments_and_unsupported() {
         );
     }
     for fml in [
-        "input.token.char-ngram",
         "char-input.text-char",
         "last-action(1)",
         "input.lcword",
@@ -746,8 +819,8 @@ fn unknown_features_bad_arguments_and_unsupported() {
         e.to_string(),
         "channel hostile: feature template 'stack.wrod': unknown feature `wrod` here (expected \
          word, known-word, lemma, char, tag, pred-tag, label, digit, hyphen, capitalization, \
-         punctuation-amount, quote, space-after, prefix, suffix, focus, gold-head, token, or a \
-         hop head, child, sibling)"
+         punctuation-amount, quote, space-after, prefix, suffix, char-ngram, focus, gold-head, token, \
+         or a hop head, child, sibling)"
     );
 }
 

@@ -10,7 +10,8 @@
 //!   1 and 4; the training loss goes down;
 //! - bulk and step-by-step unrolling give the same loss and gradients (to 1e-5, in `f64`)
 //!   on a spec with fixed features, a non-recurrent linked feature, a recurrent linked
-//!   feature and LSTM components, and those gradients match central finite differences;
+//!   feature and LSTM components (one with a character n-gram channel: several ids per
+//!   slot), and those gradients match central finite differences;
 //! - the pieces of a training step against hand computations: the cost (mean softmax
 //!   cross-entropy over valid rows), the L2 term (½·coefficient·Σw² over the reference's
 //!   regularised weights), dropout (on only with a seed, deterministic per seed), SGD with
@@ -722,6 +723,7 @@ fn bulk_and_step_by_step_agree_on_a_recurrent_layer_norm_lstm_too() -> R {
   name: "lookahead"
   transition_system {{ registered_name: "shift-only" }}
   fixed_feature {{ name: "words" fml: "input.word" embedding_dim: 3 size: 1 }}
+  fixed_feature {{ name: "ngrams" fml: "input.char-ngram(use_terminators=true)" embedding_dim: 2 size: 1 }}
   network_unit {{ registered_name: "LayerNormBasicLSTMNetwork" parameters {{ key: "hidden_layer_sizes" value: "3" }} }}
   {BACKEND}
 }}
@@ -755,6 +757,13 @@ component {{
         }
     }
     assert!(names.iter().any(|n| n == "lookahead/gates/gamma"));
+    // the character n-grams (several ids per slot, summed) have their own embedding
+    assert!(
+        names
+            .iter()
+            .any(|n| n == "lookahead/fixed_embedding_matrix_1"),
+        "{names:?}"
+    );
     Ok(())
 }
 

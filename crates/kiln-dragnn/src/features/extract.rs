@@ -18,7 +18,7 @@ use super::parse::{parse_templates, Template};
 use super::template::{compile, Feature, Path, TokenValue};
 use super::{FeatureError, FixedFeature, FixedFeatures, LinkFeatures};
 use crate::spec::{FixedFeatureChannel, LinkedFeatureChannel};
-use crate::term_map::{AffixMap, TermMap, TermMaps};
+use crate::term_map::{char_ngrams, AffixMap, NgramOptions, TermMap, TermMaps};
 use crate::transition::ParserState;
 
 /// The nominal number of values of the numeric features `focus` and `gold-head` (SyntaxNet's
@@ -55,6 +55,10 @@ enum Lookup {
         length: u32,
         prefix: bool,
     },
+    Ngrams {
+        table: Arc<AffixMap>,
+        options: NgramOptions,
+    },
 }
 
 /// One template of a fixed channel, ready to extract.
@@ -73,6 +77,45 @@ struct Slot {
 }
 
 impl Slot {
+    /// Appends the slot's features for `state`: one (or none) from [`Slot::value`], or for
+    /// `char-ngram` at a word, one per n-gram of its form the table holds (the unknown id
+    /// when it holds none).
+    fn extract_into(&self, state: &ParserState, slot: usize, out: &mut Vec<FixedFeature>) {
+        if let (Feature::Token { path, token, .. }, Lookup::Ngrams { table, options }) =
+            (&self.feature, &self.lookup)
+        {
+            let focus = path.locate(state);
+            let at = i64::from(focus) + token.unwrap_or(0);
+            if (0..state.num_tokens() as i64).contains(&at) {
+                let before = out.len();
+                char_ngrams(state.sentence().form(at as usize), *options, |g| {
+                    if let Some(id) = table.id(g) {
+                        out.push(FixedFeature {
+                            slot,
+                            id: id as i64,
+                            weight: 1.0,
+                        });
+                    }
+                });
+                if out.len() == before {
+                    out.push(FixedFeature {
+                        slot,
+                        id: self.base as i64,
+                        weight: 1.0,
+                    });
+                }
+                return;
+            }
+        }
+        if let Some(id) = self.value(state) {
+            out.push(FixedFeature {
+                slot,
+                id,
+                weight: 1.0,
+            });
+        }
+    }
+
     fn value(&self, state: &ParserState) -> Option<i64> {
         match &self.feature {
             Feature::LastAction(k) => Some(if *k == 0 {
@@ -148,6 +191,17 @@ impl Slot {
                     .map_or(b, |id| id as i64),
                 _ => b,
             },
+            // the first n-gram the table holds (`FixedChannel::extract` gives them all)
+            TokenValue::CharNgram(_) => match &self.lookup {
+                Lookup::Ngrams { table, options } => {
+                    let mut first = None;
+                    char_ngrams(sentence.form(focus), *options, |g| {
+                        first = first.or_else(|| table.id(g));
+                    });
+                    first.map_or(b, |id| id as i64)
+                }
+                _ => b,
+            },
             TokenValue::PredTag | TokenValue::Focus | TokenValue::GoldHead => return None,
         })
     }
@@ -199,7 +253,8 @@ impl Slot {
             | TokenValue::Lemma
             | TokenValue::Tag
             | TokenValue::Prefix(_)
-            | TokenValue::Suffix(_) => Some(match focus {
+            | TokenValue::Suffix(_)
+            | TokenValue::CharNgram(_) => Some(match focus {
                 -1 => b + 2,
                 _ if !inside => b + 1,
                 _ => self.lookup(state, focus as usize, value)?,
@@ -225,7 +280,8 @@ impl Slot {
 
 /// A fixed-feature channel: one slot per template of the channel's `fml`, each giving at most
 /// one id per state (none where SyntaxNet extracts none: `known-word` of an unknown or absent
-/// word, `pred-tag` of an untagged token, `focus`/`gold-head` of no token).
+/// word, `pred-tag` of an untagged token, `focus`/`gold-head` of no token), except
+/// `char-ngram`, which gives one id per n-gram of a word's form.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -337,6 +393,15 @@ impl FixedChannel {
                             };
                             (size, 1 + specials, lookup)
                         }
+                        TokenValue::CharNgram(options) => {
+                            let table = maps.words.char_ngrams(*options);
+                            let size = table.len();
+                            let lookup = Lookup::Ngrams {
+                                table,
+                                options: *options,
+                            };
+                            (size, 1 + specials, lookup)
+                        }
                         TokenValue::Focus | TokenValue::GoldHead => {
                             (NUMERIC_DOMAIN, 0, Lookup::None)
                         }
@@ -350,7 +415,8 @@ impl FixedChannel {
                     | TokenValue::Tag
                     | TokenValue::Label
                     | TokenValue::Prefix(_)
-                    | TokenValue::Suffix(_) => Some(base),
+                    | TokenValue::Suffix(_)
+                    | TokenValue::CharNgram(_) => Some(base),
                     // after <BREAK_CHAR>
                     TokenValue::Char => Some(base + 1),
                     _ => None,
@@ -414,7 +480,8 @@ impl FixedChannel {
         self.slots.get(slot).map(|s| s.domain)
     }
 
-    /// The id of every slot for `state` (`None` where the slot gives no feature).
+    /// The id of every slot for `state` (`None` where the slot gives no feature; for
+    /// `char-ngram` at a word, the first of its ids).
     ///
     /// ```
     /// use std::sync::Arc;
@@ -464,13 +531,7 @@ impl FixedFeatures for FixedChannel {
 
     fn extract(&self, state: &ParserState, out: &mut Vec<FixedFeature>) {
         for (slot, s) in self.slots.iter().enumerate() {
-            if let Some(id) = s.value(state) {
-                out.push(FixedFeature {
-                    slot,
-                    id,
-                    weight: 1.0,
-                });
-            }
+            s.extract_into(state, slot, out);
         }
     }
 }

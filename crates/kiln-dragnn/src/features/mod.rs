@@ -17,8 +17,8 @@
 //!
 //! Every value type has *base* values (the terms of its map, or its categories) and special
 //! values after them. With `W`, `T`, `L`, `C` the numbers of words, tags, labels and
-//! characters of the [`TermMaps`], `A` the affixes of the requested kind and length, and `K`
-//! a word shape's cardinality:
+//! characters of the [`TermMaps`], `A` the affixes of the requested kind and length, `G`
+//! the character n-grams of the requested options, and `K` a word shape's cardinality:
 //!
 //! | feature | base ids | unknown | `<OUTSIDE>` | `<ROOT>` | domain |
 //! |---|---|---|---|---|---|
@@ -29,6 +29,7 @@
 //! | `known-word` | `0..W` | none | none | `W` | `W+1` |
 //! | `char` | `0..C`, `C` break char | `C+1` | `C+2` | `C+3` | `C+4` |
 //! | `prefix`/`suffix(length=n)` | `0..A` | `A` (also a shorter word) | `A+1` | `A+2` | `A+3` |
+//! | `char-ngram` (one id per n-gram) | `0..G` | `G` (no n-gram known) | `G+1` | `G+2` | `G+3` |
 //! | `digit` `hyphen` `capitalization` `punctuation-amount` `quote` | `0..K` | — | `K` | `K+1` | `K+2` |
 //! | `last-action` | previous action + 1, 0 before the first | — | — | — | actions + 1 |
 //! | `focus`, `gold-head` | the token index | — | none | none | 100 (nominal) |
@@ -50,7 +51,8 @@
 //! [`fixed_channel_with_actions`] by the component's own count. The affix tables of
 //! `prefix`/`suffix` are built from the word map: the affixes of exactly `n` characters of
 //! its terms, ids in word-map order (SyntaxNet read a `prefix-table`/`suffix-table`
-//! resource).
+//! resource); so is `char-ngram`'s table, the n-grams of its terms in word-map order
+//! (SyntaxNet read a `char-ngram-map` resource counted from the training words).
 //!
 //! # The tree the locators walk
 //!

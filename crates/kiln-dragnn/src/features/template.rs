@@ -24,25 +24,28 @@
 //!
 //! Then one *token feature* ends the template: `word`, `known-word`, `char`, `tag`,
 //! `pred-tag`, `label`, `digit`, `hyphen`, `capitalization` (`utf8=true|false`),
-//! `punctuation-amount`, `quote`, `prefix(length=n)`, `suffix(length=n)`, `focus`,
-//! `gold-head`, and kiln-dragnn's own `lemma` (the LEMMA column's id in the lemma map) and
+//! `punctuation-amount`, `quote`, `prefix(length=n)`, `suffix(length=n)`, `char-ngram`
+//! (`max_char_ngram_length=3`, `use_terminators=false`, `mark_boundaries=false` by default;
+//! one feature per n-gram), `focus`, `gold-head`, and kiln-dragnn's own `lemma` (the LEMMA column's id in the lemma map) and
 //! `space-after` (0 where MISC has `SpaceAfter=No`); or `token`, after which come SyntaxNet's *sentence* features: optional
 //! `offset(k)` hops (`focus + k`, unchecked as in SyntaxNet) and one of `word`, `known-word`,
 //! `char`, `tag`, `label` (the gold DEPREL), `digit`, `hyphen`, `capitalization`,
-//! `punctuation-amount`, `quote`, `prefix(length=n)`, `suffix(length=n)`, `lemma`,
-//! `space-after`. Sentence features
+//! `punctuation-amount`, `quote`, `prefix(length=n)`, `suffix(length=n)`, `char-ngram`,
+//! `lemma`, `space-after`. Sentence features
 //! have no `<ROOT>` value: the root counts as outside the sentence.
 //!
-//! Known but unsupported (an [`FeatureError::Unsupported`] error): `char-ngram`, `lcword`,
+//! Known but unsupported (an [`FeatureError::Unsupported`] error): `lcword`,
 //! `morphology-set` (resources kiln-dragnn's term maps do not hold), `char-input`,
 //! `last-char-focus`, `first-char-focus` (character-level components), `sentence`.
 //!
 //! Depends on [`super::parse`] (the templates), [`super::lexical`] (word shapes),
-//! [`super::FeatureError`] and [`crate::transition::ParserState`] (locating).
+//! [`super::FeatureError`], [`crate::term_map::NgramOptions`] and
+//! [`crate::transition::ParserState`] (locating).
 
 use super::lexical::Category;
 use super::parse::{FeatureCall, Template};
 use super::FeatureError;
+use crate::term_map::NgramOptions;
 use crate::transition::ParserState;
 
 /// Where a template starts: a position the parser state locates.
@@ -164,6 +167,10 @@ pub enum TokenValue {
     Prefix(u32),
     /// `suffix(length=n)`.
     Suffix(u32),
+    /// `char-ngram(max_char_ngram_length=n,use_terminators=b,mark_boundaries=b)`: the ids
+    /// of the form's character n-grams ([`crate::term_map::char_ngrams`]), one feature per
+    /// n-gram the table holds (a multi-valued slot: its embeddings are summed).
+    CharNgram(NgramOptions),
     /// `focus`: the located index itself (negative: nothing).
     Focus,
     /// `gold-head`: the located token's gold head (negative: nothing).
@@ -197,19 +204,17 @@ pub enum Feature {
 
 /// The parser features that can end a template, for error messages.
 const TOKEN_FEATURES: &str = "word, known-word, lemma, char, tag, pred-tag, label, digit, \
-     hyphen, capitalization, punctuation-amount, quote, space-after, prefix, suffix, focus, gold-head, token, \
+     hyphen, capitalization, punctuation-amount, quote, space-after, prefix, suffix, char-ngram, focus, gold-head, token, \
      or a hop head, child, sibling";
 
 /// The sentence features allowed inside `token`, for error messages.
 const SENTENCE_FEATURES: &str = "word, known-word, lemma, char, tag, label, digit, hyphen, \
-     capitalization, punctuation-amount, quote, space-after, prefix, suffix, or the hop offset";
+     capitalization, punctuation-amount, quote, space-after, prefix, suffix, char-ngram, or the hop \
+     offset";
 
 /// Feature functions SyntaxNet has that kiln-dragnn does not support, and why.
 fn unsupported(kind: &str) -> Option<&'static str> {
     Some(match kind {
-        "char-ngram" => {
-            "it needs a char-ngram-map resource, which kiln-dragnn's term maps do not hold"
-        }
         "lcword" => "it needs an lc-word-map resource, which kiln-dragnn's term maps do not hold",
         "morphology-set" => {
             "it needs a morphology-map resource, which kiln-dragnn's term maps do not hold"
@@ -316,6 +321,48 @@ impl Ctx<'_> {
         }
     }
 
+    fn ngram(&self, call: &FeatureCall) -> Result<NgramOptions, FeatureError> {
+        if let Some(a) = call.argument {
+            return Err(self.bad(
+                call,
+                format!("takes parameters, not a positional argument ({a})"),
+            ));
+        }
+        self.only_parameters(
+            call,
+            &[
+                "max_char_ngram_length",
+                "use_terminators",
+                "mark_boundaries",
+            ],
+        )?;
+        let mut options = NgramOptions::default();
+        if let Some(n) = call.parameter("max_char_ngram_length") {
+            options.max_length = match n.parse::<u32>() {
+                Ok(n) if (1..=64).contains(&n) => n,
+                _ => {
+                    return Err(self.bad(
+                        call,
+                        format!("`max_char_ngram_length={n}` is not a length from 1 to 64"),
+                    ))
+                }
+            };
+        }
+        let flag = |name: &str, default: bool| -> Result<bool, FeatureError> {
+            match call.parameter(name) {
+                None => Ok(default),
+                Some("true") => Ok(true),
+                Some("false") => Ok(false),
+                Some(other) => {
+                    Err(self.bad(call, format!("`{name}={other}` is not true or false")))
+                }
+            }
+        };
+        options.terminators = flag("use_terminators", false)?;
+        options.mark_boundaries = flag("mark_boundaries", false)?;
+        Ok(options)
+    }
+
     fn affix(&self, call: &FeatureCall) -> Result<u32, FeatureError> {
         if let Some(a) = call.argument {
             return Err(self.bad(
@@ -368,6 +415,7 @@ impl Ctx<'_> {
             "capitalization" => return Ok(Some(TokenValue::Shape(self.capitalization(call)?))),
             "prefix" => return Ok(Some(TokenValue::Prefix(self.affix(call)?))),
             "suffix" => return Ok(Some(TokenValue::Suffix(self.affix(call)?))),
+            "char-ngram" => return Ok(Some(TokenValue::CharNgram(self.ngram(call)?))),
             _ => return Ok(None),
         };
         self.bare(call)?;
