@@ -176,6 +176,8 @@ pub struct TermMap {
     // The affix maps derived from the terms so far, built once and shared by every clone
     // (each session's channels ask for them: [`TermMap::affixes`]).
     affixes: Arc<Mutex<Vec<AffixKey>>>,
+    // The character n-gram tables derived so far, shared the same way.
+    ngrams: Arc<Mutex<Vec<(NgramOptions, Arc<NgramTable>)>>>,
 }
 
 /// An affix map of [`TermMap::affixes`]: its length, whether prefixes, the map.
@@ -373,10 +375,74 @@ pub fn char_ngrams(word: &str, options: NgramOptions, mut f: impl FnMut(&str)) {
     }
 }
 
+/// The character n-grams of a map's terms ([`TermMap::char_ngrams`]): the table of n-grams
+/// and, per term, the ids of its n-grams in [`char_ngrams`] order, so that a known word's
+/// features need no lookups.
+///
+/// ```
+/// use kiln_dragnn::term_map::{NgramOptions, TermMap};
+/// let words = TermMap::from_text("2\nev 2\nve 1\n", 0, 0).unwrap();
+/// let t = words.char_ngrams(NgramOptions { max_length: 2, ..Default::default() });
+/// assert_eq!(t.of_term(1), Some(&[2, 3, 0][..])); // ve: v ve e
+/// assert_eq!(t.of_term(2), None);
+/// ```
+#[derive(Debug, Default)]
+pub struct NgramTable {
+    grams: AffixMap,
+    offsets: Vec<usize>,
+    ids: Vec<u32>,
+}
+
+impl NgramTable {
+    /// The id of n-gram `gram`, `None` for one no term has.
+    ///
+    /// ```
+    /// use kiln_dragnn::term_map::{NgramOptions, TermMap};
+    /// let t = TermMap::from_text("1\nab 1\n", 0, 0).unwrap().char_ngrams(NgramOptions::default());
+    /// assert_eq!((t.id("a"), t.id("ab"), t.id("b"), t.id("c")), (Some(0), Some(1), Some(2), None));
+    /// ```
+    pub fn id(&self, gram: &str) -> Option<usize> {
+        self.grams.id(gram)
+    }
+
+    /// The number of n-grams.
+    ///
+    /// ```
+    /// use kiln_dragnn::term_map::{NgramOptions, TermMap};
+    /// assert_eq!(TermMap::from_text("1\nab 1\n", 0, 0).unwrap().char_ngrams(NgramOptions::default()).len(), 3);
+    /// ```
+    pub fn len(&self) -> usize {
+        self.grams.len()
+    }
+
+    /// Whether the table has no n-gram.
+    ///
+    /// ```
+    /// use kiln_dragnn::term_map::{NgramOptions, TermMap};
+    /// assert!(TermMap::default().char_ngrams(NgramOptions::default()).is_empty());
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.grams.is_empty()
+    }
+
+    /// The ids of term `term`'s n-grams, `None` past the last term.
+    ///
+    /// ```
+    /// use kiln_dragnn::term_map::{NgramOptions, TermMap};
+    /// let t = TermMap::from_text("1\nab 1\n", 0, 0).unwrap().char_ngrams(NgramOptions::default());
+    /// assert_eq!(t.of_term(0), Some(&[0, 1, 2][..]));
+    /// ```
+    pub fn of_term(&self, term: usize) -> Option<&[u32]> {
+        let (&start, &end) = (self.offsets.get(term)?, self.offsets.get(term + 1)?);
+        Some(&self.ids[start..end])
+    }
+}
+
 impl TermMap {
     /// The character n-grams ([`char_ngrams`]) of the map's terms, as a table whose ids
     /// are the order in which the terms, in id order, first give each n-gram (SyntaxNet
-    /// read a `char-ngram-map` resource built from the training words instead).
+    /// read a `char-ngram-map` resource built from the training words instead); built once
+    /// per options and shared by every clone of the map.
     ///
     /// ```
     /// use kiln_dragnn::term_map::{NgramOptions, TermMap};
@@ -385,17 +451,26 @@ impl TermMap {
     /// assert_eq!((grams.id("e"), grams.id("ev"), grams.id("v"), grams.id("ve")), (Some(0), Some(1), Some(2), Some(3)));
     /// assert_eq!(grams.len(), 4);
     /// ```
-    pub fn char_ngrams(&self, options: NgramOptions) -> Arc<AffixMap> {
-        let mut ids: HashMap<String, usize, rustc_hash::FxBuildHasher> = HashMap::default();
+    pub fn char_ngrams(&self, options: NgramOptions) -> Arc<NgramTable> {
+        let mut memo = self.ngrams.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, t)) = memo.iter().find(|(o, _)| *o == options) {
+            return t.clone();
+        }
+        let mut table = NgramTable {
+            offsets: vec![0],
+            ..NgramTable::default()
+        };
         for word in self.terms() {
             char_ngrams(word, options, |g| {
-                if !ids.contains_key(g) {
-                    let next = ids.len();
-                    ids.insert(g.to_owned(), next);
-                }
+                let next = table.grams.ids.len();
+                let id = *table.grams.ids.entry(g.to_owned()).or_insert(next);
+                table.ids.push(id as u32);
             });
+            table.offsets.push(table.ids.len());
         }
-        Arc::new(AffixMap { ids })
+        let table = Arc::new(table);
+        memo.push((options, table.clone()));
+        table
     }
 
     /// Builds the map from terms already in id order, applying the cut.
@@ -419,6 +494,7 @@ impl TermMap {
             terms: Arc::new(terms),
             index: Arc::new(index),
             affixes: Arc::default(),
+            ngrams: Arc::default(),
         }
     }
 

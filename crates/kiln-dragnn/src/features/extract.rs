@@ -18,7 +18,7 @@ use super::parse::{parse_templates, Template};
 use super::template::{compile, Feature, Path, TokenValue};
 use super::{FeatureError, FixedFeature, FixedFeatures, LinkFeatures};
 use crate::spec::{FixedFeatureChannel, LinkedFeatureChannel};
-use crate::term_map::{char_ngrams, AffixMap, NgramOptions, TermMap, TermMaps};
+use crate::term_map::{char_ngrams, AffixMap, NgramOptions, NgramTable, TermMap, TermMaps};
 use crate::transition::ParserState;
 
 /// The nominal number of values of the numeric features `focus` and `gold-head` (SyntaxNet's
@@ -56,8 +56,9 @@ enum Lookup {
         prefix: bool,
     },
     Ngrams {
-        table: Arc<AffixMap>,
+        table: Arc<NgramTable>,
         options: NgramOptions,
+        words: Arc<TermMap>,
     },
 }
 
@@ -81,22 +82,40 @@ impl Slot {
     /// `char-ngram` at a word, one per n-gram of its form the table holds (the unknown id
     /// when it holds none).
     fn extract_into(&self, state: &ParserState, slot: usize, out: &mut Vec<FixedFeature>) {
-        if let (Feature::Token { path, token, .. }, Lookup::Ngrams { table, options }) =
-            (&self.feature, &self.lookup)
+        if let (
+            Feature::Token { path, token, .. },
+            Lookup::Ngrams {
+                table,
+                options,
+                words,
+            },
+        ) = (&self.feature, &self.lookup)
         {
             let focus = path.locate(state);
             let at = i64::from(focus) + token.unwrap_or(0);
             if (0..state.num_tokens() as i64).contains(&at) {
                 let before = out.len();
-                char_ngrams(state.sentence().form(at as usize), *options, |g| {
-                    if let Some(id) = table.id(g) {
-                        out.push(FixedFeature {
-                            slot,
-                            id: id as i64,
-                            weight: 1.0,
-                        });
-                    }
-                });
+                let known = state
+                    .word_id(words, at as usize)
+                    .and_then(|w| table.of_term(w));
+                if let Some(ids) = known {
+                    // a word of the map: its n-grams' ids were found when the table was built
+                    out.extend(ids.iter().map(|&id| FixedFeature {
+                        slot,
+                        id: i64::from(id),
+                        weight: 1.0,
+                    }));
+                } else {
+                    char_ngrams(state.sentence().form(at as usize), *options, |g| {
+                        if let Some(id) = table.id(g) {
+                            out.push(FixedFeature {
+                                slot,
+                                id: id as i64,
+                                weight: 1.0,
+                            });
+                        }
+                    });
+                }
                 if out.len() == before {
                     out.push(FixedFeature {
                         slot,
@@ -193,7 +212,7 @@ impl Slot {
             },
             // the first n-gram the table holds (`FixedChannel::extract` gives them all)
             TokenValue::CharNgram(_) => match &self.lookup {
-                Lookup::Ngrams { table, options } => {
+                Lookup::Ngrams { table, options, .. } => {
                     let mut first = None;
                     char_ngrams(sentence.form(focus), *options, |g| {
                         first = first.or_else(|| table.id(g));
@@ -396,9 +415,13 @@ impl FixedChannel {
                         TokenValue::CharNgram(options) => {
                             let table = maps.words.char_ngrams(*options);
                             let size = table.len();
+                            let words = words
+                                .get_or_insert_with(|| Arc::new(maps.words.clone()))
+                                .clone();
                             let lookup = Lookup::Ngrams {
                                 table,
                                 options: *options,
+                                words,
                             };
                             (size, 1 + specials, lookup)
                         }
