@@ -177,8 +177,11 @@ pub struct TermMap {
     // (each session's channels ask for them: [`TermMap::affixes`]).
     affixes: Arc<Mutex<Vec<AffixKey>>>,
     // The character n-gram tables derived so far, shared the same way.
-    ngrams: Arc<Mutex<Vec<(NgramOptions, Arc<NgramTable>)>>>,
+    ngrams: Arc<Mutex<Vec<NgramKey>>>,
 }
+
+/// An n-gram table of [`TermMap::char_ngrams`] and the options it was cut with.
+type NgramKey = (NgramOptions, Arc<NgramTable>);
 
 /// An affix map of [`TermMap::affixes`]: its length, whether prefixes, the map.
 type AffixKey = (u32, bool, Arc<AffixMap>);
