@@ -469,27 +469,16 @@ fn projectivity_test_on_hand_made_trees() {
     // the library's test (dominance) agrees with crossing arcs on every tree of 1..=6 tokens
     let mut checked = 0;
     for n in 1..=6usize {
-        let mut heads = vec![-1i32; n];
-        loop {
-            if is_tree(&heads) {
+        for_each_head_assignment(n, |heads| {
+            if is_tree(heads) {
                 assert_eq!(
-                    library_is_projective(&heads),
-                    is_projective(&heads),
+                    library_is_projective(heads),
+                    is_projective(heads),
                     "{heads:?}"
                 );
                 checked += 1;
             }
-            // next head assignment, each head in -1..n
-            let mut i = 0;
-            while i < n && heads[i] == n as i32 - 1 {
-                heads[i] = -1;
-                i += 1;
-            }
-            if i == n {
-                break;
-            }
-            heads[i] += 1;
-        }
+        });
     }
     assert!(checked > 10_000, "{checked}");
 }
