@@ -552,6 +552,29 @@ fn projectivize_lifts_every_tree_of_up_to_six_words_to_a_projective_one() {
     );
 }
 
+#[test]
+fn projectivize_a_long_crossing_tree_quickly() {
+    // 800 words, each hanging from a pseudo-random earlier word: thousands of crossing
+    // arcs (a hostile training sentence must not take minutes)
+    let n = 800usize;
+    let mut state = 12345u64;
+    let mut heads = vec![-1i32; n];
+    for (i, h) in heads.iter_mut().enumerate().skip(1) {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        *h = ((state >> 33) % i as u64) as i32;
+    }
+    let original = heads.clone();
+    assert!(!is_projective(&original));
+    let lifts = projectivize(&mut heads).unwrap();
+    assert!(lifts > 100, "{lifts}");
+    assert!(is_tree(&heads) && is_projective(&heads));
+    for (i, (&new, &old)) in heads.iter().zip(&original).enumerate() {
+        assert!(is_ancestor(&original, new, old), "word {i}");
+    }
+}
+
 fn treebank_dir() -> Option<PathBuf> {
     let dir = std::env::var_os("KILN_DATA_DIR")
         .map(PathBuf::from)

@@ -352,50 +352,22 @@ pub fn is_projective(heads: &[i32]) -> bool {
 /// ```
 pub fn projectivize(heads: &mut [i32]) -> Option<usize> {
     let n = heads.len();
-    let depths = |heads: &[i32]| -> Option<Vec<usize>> {
-        let mut depth = vec![0usize; n];
-        for (d, slot) in depth.iter_mut().enumerate() {
-            let mut at = d as i32;
-            let mut steps = 0;
-            while at >= 0 {
-                if steps > n {
-                    return None; // a cycle
-                }
-                at = heads[at as usize];
-                steps += 1;
-            }
-            *slot = steps;
-        }
-        Some(depth)
-    };
     if heads.iter().any(|&h| h < -1 || h >= n as i32) {
         return None;
     }
-    let mut depth = depths(heads)?;
-    // `ancestor` dominates `token` (reflexively; the root, -1, dominates every word)
-    let dominates = |heads: &[i32], depth: &[usize], ancestor: i32, mut token: i32| -> bool {
-        if ancestor < 0 {
-            return true;
-        }
-        let target = depth[ancestor as usize];
-        while token >= 0 && depth[token as usize] > target {
-            token = heads[token as usize];
-        }
-        token == ancestor
-    };
+    let mut tree = Walk::of(heads)?;
     let mut lifts = 0;
     loop {
+        // An arc is non-projective when a word strictly between its ends is not below its
+        // head (the root's arcs never are). Each check is O(1) on the walk's intervals.
         let mut deepest: Option<usize> = None;
         for (d, &h) in heads.iter().enumerate() {
-            if h < 0 || deepest.is_some_and(|best| depth[best] >= depth[d]) {
+            if h < 0 || deepest.is_some_and(|best| tree.depth[best] >= tree.depth[d]) {
                 continue;
             }
-            let (lo, hi) = if (h as usize) < d {
-                (h as usize, d)
-            } else {
-                (d, h as usize)
-            };
-            if (lo + 1..hi).any(|k| !dominates(heads, &depth, h, k as i32)) {
+            let h = h as usize;
+            let (lo, hi) = if h < d { (h, d) } else { (d, h) };
+            if (lo + 1..hi).any(|k| !tree.below(h, k)) {
                 deepest = Some(d);
             }
         }
@@ -404,7 +376,63 @@ pub fn projectivize(heads: &mut [i32]) -> Option<usize> {
         };
         heads[d] = heads[heads[d] as usize];
         lifts += 1;
-        // lifting `d` raises its whole subtree by one level
-        depth = depths(heads).expect("lifting keeps a tree a tree");
+        tree = Walk::of(heads).expect("lifting keeps a tree a tree");
+    }
+}
+
+/// A depth-first walk of a tree of heads: each word's depth (1 under the root) and the
+/// interval of walk positions its subtree covers.
+struct Walk {
+    depth: Vec<usize>,
+    enter: Vec<usize>,
+    leave: Vec<usize>,
+}
+
+impl Walk {
+    /// The walk of `heads` (every head in `-1..len`), `None` when some word does not reach
+    /// the root (a cycle).
+    fn of(heads: &[i32]) -> Option<Walk> {
+        let n = heads.len();
+        let mut children = vec![Vec::new(); n];
+        let mut roots = Vec::new();
+        for (d, &h) in heads.iter().enumerate() {
+            match usize::try_from(h) {
+                Ok(h) => children[h].push(d),
+                Err(_) => roots.push(d),
+            }
+        }
+        let mut walk = Walk {
+            depth: vec![0; n],
+            enter: vec![usize::MAX; n],
+            leave: vec![0; n],
+        };
+        let mut clock = 0;
+        // (word, next child to visit), iteratively: a deep tree must not overflow the stack
+        let mut stack: Vec<(usize, usize)> = Vec::new();
+        for &r in &roots {
+            walk.depth[r] = 1;
+            walk.enter[r] = clock;
+            clock += 1;
+            stack.push((r, 0));
+            while let Some(top) = stack.last_mut() {
+                let (w, next) = *top;
+                if let Some(&c) = children[w].get(next) {
+                    top.1 += 1;
+                    walk.depth[c] = walk.depth[w] + 1;
+                    walk.enter[c] = clock;
+                    clock += 1;
+                    stack.push((c, 0));
+                } else {
+                    walk.leave[w] = clock;
+                    stack.pop();
+                }
+            }
+        }
+        (clock == n).then_some(walk)
+    }
+
+    /// Whether word `k` is `h` or below it.
+    fn below(&self, h: usize, k: usize) -> bool {
+        self.enter[h] <= self.enter[k] && self.enter[k] < self.leave[h]
     }
 }
