@@ -298,37 +298,11 @@ impl TransitionSystem for ArcStandard {
 /// assert!(!is_projective(&[1, 0]));         // a cycle
 /// ```
 pub fn is_projective(heads: &[i32]) -> bool {
-    let n = heads.len() as i32;
-    if heads.iter().any(|&h| h < -1 || h >= n) {
+    let n = heads.len();
+    if heads.iter().any(|&h| h < -1 || h >= n as i32) {
         return false;
     }
-    // whether `ancestor` dominates `token` (the root, -1, dominates everything)
-    let dominates = |ancestor: i32, token: i32| -> Option<bool> {
-        let mut at = token;
-        for _ in 0..=heads.len() {
-            if at == ancestor {
-                return Some(true);
-            }
-            if at < 0 {
-                return Some(false);
-            }
-            at = heads[at as usize];
-        }
-        None // a cycle
-    };
-    for (d, &h) in heads.iter().enumerate() {
-        let d = d as i32;
-        if dominates(-1, d) != Some(true) {
-            return false;
-        }
-        let (lo, hi) = if h < d { (h, d) } else { (d, h) };
-        for k in lo + 1..hi {
-            if dominates(h, k) != Some(true) {
-                return false;
-            }
-        }
-    }
-    true
+    Walk::of(heads).is_some_and(|tree| tree.first_crossed(heads).is_none())
 }
 
 /// Makes the tree `heads` (as [`is_projective`] reads it) projective by lifting, as the
@@ -358,20 +332,7 @@ pub fn projectivize(heads: &mut [i32]) -> Option<usize> {
     let mut tree = Walk::of(heads)?;
     let mut lifts = 0;
     loop {
-        // An arc is non-projective when a word strictly between its ends is not below its
-        // head (the root's arcs never are). Each check is O(1) on the walk's intervals.
-        let mut deepest: Option<usize> = None;
-        for (d, &h) in heads.iter().enumerate() {
-            if h < 0 || deepest.is_some_and(|best| tree.depth[best] >= tree.depth[d]) {
-                continue;
-            }
-            let h = h as usize;
-            let (lo, hi) = if h < d { (h, d) } else { (d, h) };
-            if (lo + 1..hi).any(|k| !tree.below(h, k)) {
-                deepest = Some(d);
-            }
-        }
-        let Some(d) = deepest else {
+        let Some(d) = tree.first_crossed(heads) else {
             return Some(lifts);
         };
         heads[d] = heads[heads[d] as usize];
@@ -429,6 +390,24 @@ impl Walk {
             }
         }
         (clock == n).then_some(walk)
+    }
+
+    /// The deepest word (the leftmost of those) whose arc from its head is non-projective:
+    /// some word strictly between the two is not below the head (the root's arcs never
+    /// are); `None` when the tree is projective. Each check is O(1) on the walk's intervals.
+    fn first_crossed(&self, heads: &[i32]) -> Option<usize> {
+        let mut deepest: Option<usize> = None;
+        for (d, &h) in heads.iter().enumerate() {
+            if h < 0 || deepest.is_some_and(|best| self.depth[best] >= self.depth[d]) {
+                continue;
+            }
+            let h = h as usize;
+            let (lo, hi) = if h < d { (h, d) } else { (d, h) };
+            if (lo + 1..hi).any(|k| !self.below(h, k)) {
+                deepest = Some(d);
+            }
+        }
+        deepest
     }
 
     /// Whether word `k` is `h` or below it.
