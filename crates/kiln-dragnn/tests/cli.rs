@@ -2,7 +2,8 @@
 //! Turkish model and writes valid CoNLL-U whose non-predicted columns, comments and blank
 //! lines are byte-identical to the input; bad arguments and a missing model are errors
 //! naming the problem (exit status 1, nothing on stdout); `kiln-dragnn-train` trains a tiny
-//! spec for a few steps on a fixture and writes a model that `kiln-parse` then loads.
+//! spec for a few steps on a fixture and writes a model that `kiln-parse` then loads, and
+//! trains another with that model as its teacher (`--teacher`; a missing one is an error).
 //!
 //! Depends on the binaries (`CARGO_BIN_EXE_*`) and kiln-dragnn's document module.
 
@@ -197,6 +198,47 @@ component {
     assert_eq!(
         read_conllu(&parsed).unwrap().len(),
         read_conllu(&input).unwrap().len()
+    );
+    // The model as the teacher of another run (distillation), and a teacher that is not
+    // there.
+    let student = dir.join("student");
+    let train_with = |teacher: &str| {
+        run(
+            env!("CARGO_BIN_EXE_kiln-dragnn-train"),
+            &[
+                "--spec",
+                spec.to_str().unwrap(),
+                "--train",
+                train.to_str().unwrap(),
+                "--dev",
+                data,
+                "--out",
+                student.to_str().unwrap(),
+                "--steps",
+                "2",
+                "--batch-size",
+                "2",
+                "--teacher",
+                teacher,
+                "--distillation-weight",
+                "0.25",
+            ],
+            "",
+        )
+    };
+    let (code, _, err) = train_with(out.to_str().unwrap());
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("distilling from 1 teacher(s), weight 0.25"),
+        "{err}"
+    );
+    assert!(student.join("params.safetensors").exists());
+    let missing = dir.join("no-such-model");
+    let (code, _, err) = train_with(missing.to_str().unwrap());
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("--teacher") && err.contains("no-such-model"),
+        "{err}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }

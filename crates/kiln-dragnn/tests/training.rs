@@ -17,6 +17,12 @@
 //!   regularised weights), dropout (on only with a seed, deterministic per seed), SGD with
 //!   per-tensor gradient clipping and staircase learning-rate decay, Adam's first step,
 //!   train targets (which parameters each updates, the weighted loss) and their errors;
+//! - distillation (`Trainer::set_teachers`): a teacher that is the model itself gives a
+//!   zero gradient at weight 1 (the soft cross-entropy's gradient is p − q), adding it to
+//!   another teacher halves that teacher's gradient (the teachers' mean), weight 0 changes
+//!   nothing, teachers whose steps are padded differently line up row for row, a student
+//!   taught only by a perfect teacher (weight 1, no oracle labels) becomes perfect, and
+//!   teachers that do not fit are refused with the model left as it was;
 //! - a saved and loaded model parses exactly as the original;
 //! - the inference output contract: words, ID/FORM/LEMMA/XPOS/FEATS/DEPS/MISC columns,
 //!   comments, multiword tokens and empty nodes as in the input, UPOS/HEAD/DEPREL filled,
@@ -568,8 +574,13 @@ fn name_seed(name: &str) -> u64 {
 /// so that two models of one spec get the same values and gradients are not dominated by
 /// the tiny initial weights.
 fn randomize(model: &MasterModel) -> R {
+    randomize_salted(model, 0)
+}
+
+/// [`randomize`] with other values for each `salt`.
+fn randomize_salted(model: &MasterModel, salt: u64) -> R {
     for p in model.params().parameters() {
-        let mut rng = Rng(name_seed(p.name()));
+        let mut rng = Rng(name_seed(p.name()) ^ salt.wrapping_mul(0x9e37_79b9_7f4a_7c15));
         let n: usize = p.shape().iter().product();
         let v: Vec<f64> = (0..n)
             .map(|_| {
@@ -1735,5 +1746,195 @@ fn feature_dropout_settings_the_channel_cannot_meet_are_errors() -> R {
         "dropout_id: -2 dropout_keep_probability: 0.5",
         "input.word stack.word",
     )?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// Distillation
+// ---------------------------------------------------------------------------------------
+
+/// [`mixed_spec`] with the tagger's recurrent link moved to the parser: the tagger's steps
+/// are not padded and the parser's are, the other way round from the mixed spec.
+fn mixed_spec_moved_link() -> String {
+    let rnn = r#"  linked_feature { name: "rnn" fml: "stack.focus stack(1).focus" embedding_dim: 2 size: 2
+    source_component: "tagger" source_translator: "shift-reduce-step" source_layer: "layer_0" }
+"#;
+    let spec = mixed_spec();
+    assert!(spec.contains(rnn));
+    let spec = spec.replace(rnn, "");
+    let anchor = r#"  network_unit { registered_name: "FeedForwardNetwork" parameters { key: "hidden_layer_sizes" value: "6" }"#;
+    assert!(spec.contains(anchor));
+    spec.replace(
+        anchor,
+        &format!(
+            "{}{anchor}",
+            rnn.replace(
+                "\"tagger\" source_translator",
+                "\"parser\" source_translator"
+            )
+        ),
+    )
+}
+
+/// The gradients of target 0 on `batch` with `teachers` at distillation `weight`.
+fn distilled_grads(
+    spec: &str,
+    train: &[Sentence],
+    batch: &[Sentence],
+    teachers: Vec<MasterModel>,
+    weight: f64,
+) -> R<(f64, Vec<String>, Vec<Vec<f64>>)> {
+    let m = model(spec, train, DType::F64, grid(0.01, 0.0)?)?;
+    randomize(&m)?;
+    let mut t = Trainer::new(m, &[], Unroll::Bulk)?;
+    t.set_teachers(teachers, weight)?;
+    evaluated(&mut t, batch)
+}
+
+#[test]
+fn distillation_fits_the_teachers_mean_distribution() -> R {
+    let _g = lock();
+    let (train, _) = corpus(61, 12, "train")?;
+    let batch = &train[..5];
+    let spec = mixed_spec();
+    let twin = || -> R<MasterModel> {
+        let m = model(&spec, &train, DType::F64, grid(0.01, 0.0)?)?;
+        randomize(&m)?;
+        Ok(m)
+    };
+    let other = || -> R<MasterModel> {
+        let m = model(
+            &mixed_spec_moved_link(),
+            &train,
+            DType::F64,
+            grid(0.01, 0.0)?,
+        )?;
+        randomize_salted(&m, 7)?;
+        Ok(m)
+    };
+    let (plain_loss, names, plain) = distilled_grads(&spec, &train, batch, Vec::new(), 0.5)?;
+    let max = |g: &[Vec<f64>]| g.iter().flatten().fold(0.0f64, |m, v| m.max(v.abs()));
+    assert!(
+        max(&plain) > 1e-3,
+        "the oracle's gradient is {}",
+        max(&plain)
+    );
+
+    // Weight 0: the oracle's loss and gradients, exactly.
+    let (loss0, names0, g0) = distilled_grads(&spec, &train, batch, vec![other()?], 0.0)?;
+    assert_eq!(names0, names);
+    assert_eq!(loss0, plain_loss);
+    assert_eq!(g0, plain);
+
+    // The model as its own teacher at weight 1: the gradient p − q is zero everywhere, and
+    // the loss is the mean entropy of the model's distributions (positive).
+    let (loss1, _, g1) = distilled_grads(&spec, &train, batch, vec![twin()?], 1.0)?;
+    assert!(max(&g1) < 1e-12, "self-distillation gradient {}", max(&g1));
+    assert!(loss1 > 0.1, "loss {loss1}");
+
+    // Another teacher alone, and with the model beside it: the mean distribution
+    // (p + q) / 2 halves the gradient, p − (p + q) / 2 = (p − q) / 2. The other teacher's
+    // tagger steps are unpadded and its parser steps padded, unlike the model's.
+    let (_, _, g_other) = distilled_grads(&spec, &train, batch, vec![other()?], 1.0)?;
+    assert!(
+        max(&g_other) > 1e-3,
+        "other-teacher gradient {}",
+        max(&g_other)
+    );
+    let (_, _, g_both) = distilled_grads(&spec, &train, batch, vec![twin()?, other()?], 1.0)?;
+    for ((name, a), b) in names.iter().zip(&g_other).zip(&g_both) {
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!(
+                close(x / 2.0, *y, 1e-9),
+                "d loss / d {name}[{i}]: one teacher {x}, with the model beside it {y}"
+            );
+        }
+    }
+
+    // Halfway: the mean of the oracle's and the teacher's gradients.
+    let (_, _, g_half) = distilled_grads(&spec, &train, batch, vec![other()?], 0.5)?;
+    for ((name, h), (o, t)) in names.iter().zip(&g_half).zip(plain.iter().zip(&g_other)) {
+        for (i, (x, (a, b))) in h.iter().zip(o.iter().zip(t)).enumerate() {
+            assert!(
+                close(*x, (a + b) / 2.0, 1e-9),
+                "d loss / d {name}[{i}]: weight ½ {x}, oracle {a}, teacher {b}"
+            );
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn a_student_taught_only_by_a_perfect_teacher_learns_the_language() -> R {
+    let _g = lock();
+    let p = pipeline()?;
+    let dir = temp_dir("teacher");
+    p.model.save(&dir)?;
+    let teacher = MasterModel::load(&dir)?;
+    std::fs::remove_dir_all(&dir)?;
+    let (train, _) = corpus(1, 160, "train")?;
+    let spec = format!("{}{}", tagger_component(16), parser_component());
+    let student = model(&spec, &train, DType::F32, grid(0.02, 0.0)?)?;
+    let mut trainer = Trainer::new(student, &[], Unroll::Bulk)?;
+    // Weight 1: the oracle's labels do not enter the loss.
+    trainer.set_teachers(vec![teacher], 1.0)?;
+    let run = train_until_perfect(&mut trainer, &train, 8, 1500, 20)?;
+    eprintln!(
+        "student: perfect after {} steps (the teacher after {})",
+        run.steps, p.steps
+    );
+    let (test, test_blank) = corpus(2, 60, "test")?;
+    let out = parse(trainer.model(), &test_blank, &options(16))?;
+    assert_perfect("distilled pipeline", &test, &out, true)?;
+    Ok(())
+}
+
+#[test]
+fn teachers_that_do_not_fit_are_refused() -> R {
+    let _g = lock();
+    let (train, _) = corpus(62, 8, "train")?;
+    let batch = &train[..3];
+    let spec = mixed_spec();
+    let m = model(&spec, &train, DType::F64, grid(0.01, 0.0)?)?;
+    randomize(&m)?;
+    let mut t = Trainer::new(m, &[], Unroll::Bulk)?;
+    let (loss, _, grads) = evaluated(&mut t, batch)?;
+    let message = |r: Result<(), kiln_dragnn::Error>| match r {
+        Ok(()) => panic!("the teachers were taken"),
+        Err(e) => e.to_string(),
+    };
+    let twin = || model(&spec, &train, DType::F64, grid(0.01, 0.0)?);
+    for w in [-0.5, 1.5, f64::NAN] {
+        let e = message(t.set_teachers(vec![twin()?], w));
+        assert!(
+            e.contains("distillation weight") && e.contains("[0, 1]"),
+            "{e}"
+        );
+    }
+    // Fewer components.
+    let tagger_only = model(&tagger_component(4), &train, DType::F64, grid(0.01, 0.0)?)?;
+    let e = message(t.set_teachers(vec![tagger_only], 1.0));
+    assert!(
+        e.contains("set_teachers") && e.contains("teacher 0") && e.contains("lookahead"),
+        "{e}"
+    );
+    // Another label map: the parser's actions would not line up.
+    let (other_train, _) = corpus(63, 8, "other")?;
+    let mut relabelled = other_train.clone();
+    for s in &mut relabelled {
+        for i in 0..s.len() {
+            s.set_field(i, Column::Deprel, "dep")?;
+        }
+    }
+    let relabelled = model(&spec, &relabelled, DType::F64, grid(0.01, 0.0)?)?;
+    let e = message(t.set_teachers(vec![twin()?, relabelled], 1.0));
+    assert!(
+        e.contains("teacher 1") && (e.contains("label map") || e.contains("actions")),
+        "{e}"
+    );
+    // Nothing changed: the same loss and gradients as before.
+    let (loss_after, _, grads_after) = evaluated(&mut t, batch)?;
+    assert_eq!(loss_after, loss);
+    assert_eq!(grads_after, grads);
     Ok(())
 }

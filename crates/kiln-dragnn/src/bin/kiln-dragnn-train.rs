@@ -6,6 +6,7 @@
 //!                   [--grid TRAINING_GRID] [--steps N] [--batch-size N] [--report-every N]
 //!                   [--time-limit SECONDS] [--metric las|uas|upos|upos-las]
 //!                   [--projectivize-training-set true|false]
+//!                   [--teacher MODEL_DIR]... [--distillation-weight W]
 //! kiln-dragnn-train --spec SPEC --treebank data/turkish-treebanks --out DIR ...
 //! ```
 //!
@@ -89,6 +90,15 @@ struct Args {
     /// `projectivize_training_set`); the dev part is scored against its own trees.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     projectivize_training_set: bool,
+    /// A trained model (a directory `kiln-dragnn-train` wrote) whose action distributions
+    /// the model also fits (knowledge distillation; repeat for an ensemble, whose mean
+    /// distribution is fitted). Teachers must have been trained on the same training set.
+    #[arg(long)]
+    teacher: Vec<PathBuf>,
+    /// The weight of the teachers' term in each component's cost (the oracle's has
+    /// 1 − this).
+    #[arg(long, default_value_t = 0.5)]
+    distillation_weight: f64,
 }
 
 /// Lifts each sentence's tree to a projective one (`kiln_dragnn::transition::projectivize`)
@@ -164,6 +174,21 @@ fn run(args: Args) -> Result<(), String> {
     let model = MasterModel::new(spec, grid, Arc::new(maps), kiln::DType::F32)
         .map_err(|e| e.to_string())?;
     let mut trainer = Trainer::new(model, &targets, Unroll::Bulk).map_err(|e| e.to_string())?;
+    if !args.teacher.is_empty() {
+        let teachers = args
+            .teacher
+            .iter()
+            .map(|p| MasterModel::load(p).map_err(|e| format!("--teacher {}: {e}", p.display())))
+            .collect::<Result<Vec<_>, _>>()?;
+        trainer
+            .set_teachers(teachers, args.distillation_weight)
+            .map_err(|e| e.to_string())?;
+        eprintln!(
+            "distilling from {} teacher(s), weight {}",
+            args.teacher.len(),
+            args.distillation_weight
+        );
+    }
     let n = trainer.target_names().len();
     let options = RunOptions {
         batch_size: args.batch_size,

@@ -568,6 +568,52 @@ pub fn cost(logits: &Array, labels: &[i64]) -> Result<Cost, NetworkError> {
     })
 }
 
+/// The mean cross-entropy of `logits` (`[rows, actions]`) against the distribution
+/// `target` (`[rows, actions]`, each row summing to 1) over the rows whose label is valid
+/// (`labels[r] ≥ 0`): the distillation term of [`Trainer::set_teachers`].
+///
+/// ```
+/// use kiln::Array;
+/// use kiln_dragnn::model::train::soft_cost;
+/// let logits = Array::from_vec(vec![0.0f32, 0.0, 5.0, 5.0], &[2, 2])?;
+/// let target = Array::from_vec(vec![0.5f32, 0.5, 1.0, 0.0], &[2, 2])?;
+/// // Row 0: −(½ ln ½ + ½ ln ½) = ln 2; row 1 has no label.
+/// let c = soft_cost(&logits, &target, &[1, -1])?.item::<f32>()?;
+/// assert!((c - std::f32::consts::LN_2).abs() < 1e-6);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn soft_cost(logits: &Array, target: &Array, labels: &[i64]) -> Result<Array, NetworkError> {
+    let rows = labels.len();
+    let total = labels.iter().filter(|&&l| l >= 0).count();
+    let valid = floats(
+        labels
+            .iter()
+            .map(|&l| if l >= 0 { 1.0 } else { 0.0 })
+            .collect(),
+        &[rows],
+        logits.dtype(),
+    )?;
+    let sum = target
+        .try_mul(&logits.try_log_softmax(-1)?)?
+        .try_sum(Some(&[-1]), false)?
+        .try_mul(&valid)?
+        .try_sum(None, false)?;
+    Ok(sum.try_neg()?.try_div(total.max(1) as f64)?)
+}
+
+/// A trained model whose action distributions a [`Trainer`] also fits, and the session it
+/// walks the oracle with.
+struct Teacher {
+    model: MasterModel,
+    session: ComputeSession,
+}
+
+/// The teachers of a [`Trainer`] and the weight of their term.
+struct Distillation {
+    teachers: Vec<Teacher>,
+    weight: f64,
+}
+
 /// A training target with its normalised weights and own optimizer.
 struct Target {
     spec: TrainTarget,
@@ -613,6 +659,7 @@ pub struct Trainer {
     targets: Vec<Target>,
     unroll: Unroll,
     dropout: u64,
+    distillation: Option<Distillation>,
 }
 
 /// The optimizer a grid point asks for.
@@ -716,7 +763,121 @@ impl Trainer {
             targets: out,
             unroll,
             dropout,
+            distillation: None,
         })
+    }
+
+    /// Trains by knowledge distillation from `teachers` as well as by oracle: each weighted
+    /// component's cost becomes `(1 − weight) · cross-entropy against the oracle labels +
+    /// weight · cross-entropy against the teachers' mean action distribution`, the teachers
+    /// run (without dropout) on the same oracle states in the same kiln evaluation as the
+    /// step, and their parameters do not change.
+    /// Each teacher must have the trainer's components, in order, with the same action
+    /// counts, and the same tag and label maps (the same actions in the same order).
+    /// No teachers turns distillation off.
+    ///
+    /// Errors: a weight outside `[0, 1]`, or a teacher that does not fit.
+    pub fn set_teachers(&mut self, teachers: Vec<MasterModel>, weight: f64) -> crate::Result<()> {
+        let bad =
+            |message: String| -> crate::Error { NetworkError::Distillation { message }.into() };
+        if !(0.0..=1.0).contains(&weight) {
+            return Err(bad(format!(
+                "distillation weight {weight} is outside [0, 1]"
+            )));
+        }
+        if teachers.is_empty() {
+            self.distillation = None;
+            return Ok(());
+        }
+        let mine = self.model.components();
+        let (maps, labels) = (self.model.maps(), &self.model.maps().labels);
+        let mut out = Vec::new();
+        for (k, teacher) in teachers.into_iter().enumerate() {
+            let theirs = teacher.components();
+            for (c, comp) in mine.iter().enumerate() {
+                let Some(other) = theirs.get(c) else {
+                    return Err(bad(format!(
+                        "teacher {k} has {} components; the model has {} ({})",
+                        theirs.len(),
+                        mine.len(),
+                        comp.name
+                    )));
+                };
+                if other.name != comp.name || other.unit.num_actions() != comp.unit.num_actions() {
+                    return Err(bad(format!(
+                        "teacher {k}'s component {c} is {:?} with {:?} actions; the model's is \
+                         {:?} with {:?}",
+                        other.name,
+                        other.unit.num_actions(),
+                        comp.name,
+                        comp.unit.num_actions()
+                    )));
+                }
+            }
+            let same = |a: &crate::term_map::TermMap, b: &crate::term_map::TermMap| {
+                a.terms().eq(b.terms())
+            };
+            if !same(&teacher.maps().labels, labels) || !same(&teacher.maps().tags, &maps.tags) {
+                return Err(bad(format!(
+                    "teacher {k}'s tag or label map differs from the model's (train both on \
+                     the same training set)"
+                )));
+            }
+            let session =
+                ComputeSession::new(0, teacher.spec(), teacher.grid(), teacher.maps().clone())?;
+            out.push(Teacher {
+                model: teacher,
+                session,
+            });
+        }
+        self.distillation = Some(Distillation {
+            teachers: out,
+            weight,
+        });
+        Ok(())
+    }
+
+    /// The teachers' mean action distribution of each weighted component of target
+    /// `target` on `sentences` (`None` for components without one), `rows[c]` rows each,
+    /// gradients stopped.
+    fn teacher_targets(
+        &mut self,
+        target: usize,
+        sentences: &[Sentence],
+        rows: &[usize],
+    ) -> crate::Result<Vec<Option<Array>>> {
+        let t = &self.targets[target];
+        let mut sums: Vec<Option<Array>> = vec![None; t.weights.len()];
+        let Some(d) = self.distillation.as_mut() else {
+            return Ok(sums);
+        };
+        let n = d.teachers.len() as f64;
+        for teacher in &mut d.teachers {
+            let walks = walk_oracle(&teacher.model, &mut teacher.session, sentences, t.last)?;
+            let layers = forward(&teacher.model, &walks, Unroll::Bulk, None)?;
+            for (c, w) in t.weights.iter().enumerate() {
+                let Some(logits) = layers[c].get("logits").filter(|_| *w > 0.0) else {
+                    continue;
+                };
+                // The layouts agree row for row (both follow the oracle); only the padding
+                // of the step count may differ, and padded rows carry no loss.
+                let have = logits.shape()[0];
+                let p = logits.try_softmax(-1)?;
+                let p = if have >= rows[c] {
+                    p.try_slice(kiln::s![0..rows[c]])?
+                } else {
+                    let pad = Array::try_zeros(&[rows[c] - have, logits.shape()[1]], p.dtype())?;
+                    Array::try_concat(&[&p, &pad], 0)?
+                };
+                sums[c] = Some(match sums[c].take() {
+                    Some(s) => s.try_add(&p)?,
+                    None => p,
+                });
+            }
+        }
+        sums.into_iter()
+            .map(|s| s.map(|s| Ok(s.try_div(n)?.stop_gradient())).transpose())
+            .collect()
     }
 
     /// The model being trained.
@@ -751,6 +912,10 @@ impl Trainer {
         if let Some(seed) = dropout_seed {
             drop_feature_ids(&self.model, &mut walks, seed);
         }
+        let rows: Vec<usize> = walks.iter().map(|w| w.labels.len()).collect();
+        let soft = self.teacher_targets(target, sentences, &rows)?;
+        let alpha = self.distillation.as_ref().map_or(0.0, |d| d.weight);
+        let t = &self.targets[target];
         let mut seeds = dropout_seed.map(DropoutSeeds::new);
         let layers = forward(&self.model, &walks, self.unroll, seeds.as_mut())?;
         let store = self.model.params();
@@ -764,7 +929,15 @@ impl Trainer {
                 continue;
             };
             let k = cost(logits, &walks[c].labels)?;
-            let term = k.cost.try_mul(*w)?;
+            let mut term = k.cost.try_mul(*w)?;
+            if let Some(q) = &soft[c] {
+                let s = soft_cost(logits, q, &walks[c].labels)?;
+                term = k
+                    .cost
+                    .try_mul(1.0 - alpha)?
+                    .try_add(&s.try_mul(alpha)?)?
+                    .try_mul(*w)?;
+            }
             loss = Some(match loss {
                 Some(l) => l.try_add(&term)?,
                 None => term,

@@ -41,6 +41,12 @@ pub enum NetworkError {
         /// What is wrong, and the fix.
         message: String,
     },
+    /// Teachers or a distillation weight that `Trainer::set_teachers` cannot use.
+    #[error("Trainer::set_teachers: {message}")]
+    Distillation {
+        /// What is wrong, and the fix.
+        message: String,
+    },
     /// A parameter asked for with another shape than it has.
     #[error("parameter '{name}' has shape {found:?}, but {expected:?} was asked for (a model file from another spec?)")]
     ParameterShape {
