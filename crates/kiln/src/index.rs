@@ -1,5 +1,5 @@
-//! Index-based ops the decoders need: `take` (gather, embedding lookup), `one_hot` and
-//! `top_k`. Depends on `kiln-ir`'s builders.
+//! Index-based ops the decoders need: `take` (gather, embedding lookup), its adjoint
+//! `scatter_add` (segment sums), `one_hot` and `top_k`. Depends on `kiln-ir`'s builders.
 
 use crate::Array;
 use kiln_ir::{build, DType, Error, Result, Shape};
@@ -38,6 +38,47 @@ impl Array {
     #[track_caller]
     pub fn take(&self, indices: &Array, axis: isize) -> Array {
         crate::unwrap_or_panic(self.try_take(indices, axis))
+    }
+
+    /// Scatter-add, the adjoint of [`Array::try_take`]: a zeros array of `shape` with the
+    /// slices of `self` added at `indices` along `axis` (numpy's `np.add.at` into zeros,
+    /// JAX's `zeros.at[...].add(self)`); repeated indices accumulate.
+    /// `self` must have shape `shape[..axis] + indices.shape + shape[axis+1..]`.
+    /// Indices in `-n..n` are valid; others are an error at evaluation naming the index.
+    /// A segment sum is `values.try_scatter_add(&segment_of_each_row, 0, &[segments, dim])`.
+    ///
+    /// ```
+    /// use kiln::Array;
+    /// let rows = Array::from_vec(vec![1.0f32, 2.0, 10.0, 20.0, 100.0, 200.0], &[3, 2])?;
+    /// let to = Array::from_vec(vec![2i64, 0, 2], &[3])?;
+    /// let s = rows.try_scatter_add(&to, 0, &[4, 2])?;
+    /// assert_eq!(s.to_vec::<f32>()?, vec![10.0, 20.0, 0.0, 0.0, 101.0, 202.0, 0.0, 0.0]);
+    /// assert!(rows.try_scatter_add(&to, 0, &[4, 3]).is_err()); // the rows are 2 wide
+    /// let bad = Array::from_vec(vec![4i64, 0, 0], &[3])?;
+    /// assert!(rows.try_scatter_add(&bad, 0, &[4, 2])?.eval().is_err());
+    /// # Ok::<(), kiln::Error>(())
+    /// ```
+    pub fn try_scatter_add(&self, indices: &Array, axis: isize, shape: &[usize]) -> Result<Array> {
+        Ok(Array::from_node(build::scatter_add(
+            &self.node,
+            &indices.node,
+            axis,
+            Shape::from(shape),
+        )?))
+    }
+
+    /// Panicking form of [`Array::try_scatter_add`] (panics on build errors only; bad index
+    /// values are reported when the result is evaluated).
+    ///
+    /// ```
+    /// let u = kiln::Array::from_vec(vec![1, 2, 3], &[3])?;
+    /// let i = kiln::Array::from_vec(vec![0i32, -1, 0], &[3])?;
+    /// assert_eq!(u.scatter_add(&i, 0, &[2]).to_vec::<i32>()?, vec![4, 2]);
+    /// # Ok::<(), kiln::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn scatter_add(&self, indices: &Array, axis: isize, shape: &[usize]) -> Array {
+        crate::unwrap_or_panic(self.try_scatter_add(indices, axis, shape))
     }
 
     /// One-hot encoding of integer `self` with `depth` classes, as `dtype`: shape

@@ -122,6 +122,7 @@ const REQUIRED_OPS: &[&str] = &[
     "matmul",
     "dot",
     "take",
+    "scatter_add",
     "one_hot",
     "top_k",
 ];
@@ -506,6 +507,9 @@ fn build(op: &str, inputs: &[Input], args: &Args) -> kiln::Result<Vec<Array>> {
         "matmul" => one(arr(0).try_matmul(arr(1))),
         "dot" => one(arr(0).try_dot(arr(1))),
         "take" => one(arr(0).try_take(arr(1), args.isize("axis"))),
+        "scatter_add" => {
+            one(arr(0).try_scatter_add(arr(1), args.isize("axis"), &args.usizes("shape")))
+        }
         "one_hot" => one(arr(0).try_one_hot(args.usize("depth"), args.dtype("dtype"))),
         "top_k" => arr(0).try_top_k(args.usize("k")).map(|(v, i)| vec![v, i]),
         _ => panic!("unknown op {op:?} in the fixtures"),

@@ -332,17 +332,32 @@ pub fn embed_fixed(
     dtype: DType,
 ) -> Result<Array, NetworkError> {
     let (rows, size, width) = (batch.rows, batch.size, batch.width());
-    let ids = batch.ids();
-    let weights = floats(batch.weights(), &[rows * size, width, 1], dtype)?;
     let Some(matrix) = matrix else {
-        let ids: Vec<f32> = ids.iter().map(|&i| i as f32).collect();
+        let ids: Vec<f32> = batch.ids().iter().map(|&i| i as f32).collect();
         let ids = floats(ids, &[rows * size, width, 1], dtype)?;
+        let weights = floats(batch.weights(), &[rows * size, width, 1], dtype)?;
         return Ok((&ids * &weights)
             .try_sum(Some(&[1, 2]), false)?
             .reshape_to(&[rows, size])?);
     };
     let dim = matrix.shape()[1];
-    let ids = Array::from_vec(ids, &[rows * size * width])?;
+    if width > 1 {
+        // Multi-valued slots (character n-grams: tens of ids in some cells, few in most):
+        // gather each pair once and sum it into its cell, so the cost follows the pairs,
+        // not the batch's widest cell times its cells.
+        let n = batch.entries.len();
+        let cells: Vec<i64> = batch.entries.iter().map(|e| e.0 as i64).collect();
+        let ids: Vec<i64> = batch.entries.iter().map(|e| e.1).collect();
+        let weights = floats(batch.entries.iter().map(|e| e.2).collect(), &[n, 1], dtype)?;
+        let looked = matrix
+            .try_take(&Array::from_vec(ids, &[n])?, 0)?
+            .try_mul(&weights)?;
+        return Ok(looked
+            .try_scatter_add(&Array::from_vec(cells, &[n])?, 0, &[rows * size, dim])?
+            .reshape_to(&[rows, size * dim])?);
+    }
+    let ids = Array::from_vec(batch.ids(), &[rows * size * width])?;
+    let weights = floats(batch.weights(), &[rows * size, width, 1], dtype)?;
     let looked = matrix
         .try_take(&ids, 0)?
         .reshape_to(&[rows * size, width, dim])?;
