@@ -111,18 +111,52 @@ pub fn run_session(
     session: &mut ComputeSession,
     beam: Option<usize>,
 ) -> crate::Result<()> {
-    run_session_with(model, session, beam, &HostEmbeddings::new(model)?)
+    run_session_with(model, session, beam, &HostEmbeddings::new(model, beam)?)
 }
 
-/// Host copies of every fixed channel's embedding matrix, made once per [`parse`] and read
-/// by each of its batches' steps ([`StepInput`]).
+/// The beam a component runs with: `beam` (else its spec's `inference_beam_size`) when it
+/// predicts, 1 when it has no actions.
+fn beam_of(model: &MasterModel, comp: &super::ComponentModel, beam: Option<usize>) -> usize {
+    let cspec = &model.spec().component[comp.index];
+    if comp.unit.num_actions().is_some() {
+        beam.unwrap_or(cspec.inference_beam_size().max(1) as usize)
+            .max(1)
+    } else {
+        1
+    }
+}
+
+/// Whether a component with beam `k` runs every step in one pass ([`run_bulk`]) rather
+/// than step by step.
+fn runs_in_bulk(model: &MasterModel, comp: &super::ComponentModel, k: usize) -> bool {
+    k == 1 && annotates_in_bulk(&model.spec().component[comp.index])
+}
+
+/// Host copies of the fixed channels' embedding matrices of the components that run step
+/// by step, made once per [`parse`] and read by each of its batches' steps
+/// ([`StepInput`]); a component that runs in bulk embeds in its graph and gets none.
 struct HostEmbeddings(Vec<Vec<Option<HostMatrix>>>);
 
 impl HostEmbeddings {
-    fn new(model: &MasterModel) -> crate::Result<HostEmbeddings> {
+    /// The copies a parse with `beam` reads.
+    fn new(model: &MasterModel, beam: Option<usize>) -> crate::Result<HostEmbeddings> {
+        HostEmbeddings::of(model, |comp| {
+            !runs_in_bulk(model, comp, beam_of(model, comp, beam))
+        })
+    }
+
+    /// The copies of the components `wanted` picks.
+    fn of(
+        model: &MasterModel,
+        wanted: impl Fn(&super::ComponentModel) -> bool,
+    ) -> crate::Result<HostEmbeddings> {
         let store = model.params();
         let mut all = Vec::with_capacity(model.components().len());
         for comp in model.components() {
+            if !wanted(comp) {
+                all.push(Vec::new());
+                continue;
+            }
             let mut matrices = Vec::with_capacity(comp.fixed.len());
             for (c, f) in comp.fixed.iter().enumerate() {
                 matrices.push(match f.dim {
@@ -148,18 +182,11 @@ fn run_session_with(
 ) -> crate::Result<()> {
     let store = model.params();
     let dtype = store.dtype();
-    let spec = model.spec();
     let mut tables: Vec<HostTables> = Vec::new();
     for comp in model.components() {
         let name = comp.name.as_str();
-        let cspec = &spec.component[comp.index];
         let predicts = comp.unit.num_actions().is_some();
-        let beam_size = if predicts {
-            beam.unwrap_or(cspec.inference_beam_size().max(1) as usize)
-        } else {
-            1
-        };
-        session.initialize_component_data(name, beam_size.max(1))?;
+        session.initialize_component_data(name, beam_of(model, comp, beam))?;
         let k = session.beam_size(name)?;
         let stride = session.batch_size(name)? * k;
         // The layers of this component that some linked feature reads.
@@ -179,7 +206,7 @@ fn run_session_with(
                 .map(|(n, d)| (n.clone(), *d, Vec::new()))
                 .collect(),
         };
-        if k == 1 && annotates_in_bulk(cspec) {
+        if runs_in_bulk(model, comp, k) {
             let logits = run_bulk(model, session, comp, &tables, &mut own)?;
             if let Some(scores) = logits {
                 session.initialize_component_data(name, 1)?;
@@ -207,7 +234,19 @@ fn run_session_with(
         // array: fixed channels from host copies of their embedding matrices, linked
         // channels from rows projected once (another component's) or as they are made
         // (the component's own), so the step's graph starts at the unit's first product.
-        let mut input = StepInput::new(model, comp, &tables, &embeddings.0[comp.index])?;
+        let matrices = embeddings
+            .0
+            .get(comp.index)
+            .filter(|m| m.len() == comp.fixed.len());
+        let matrices = matrices.ok_or_else(|| NetworkError::BadUnit {
+            component: comp.name.clone(),
+            unit: "inference".into(),
+            message: format!(
+                "no host copies of its embedding matrices for beam {k} (an internal error: \
+                 the copies were made for another beam)"
+            ),
+        })?;
+        let mut input = StepInput::new(model, comp, &tables, matrices)?;
         let mut state = comp.unit.initial_state(stride, dtype)?;
         // A unit without state computes only the rows of batch items still parsing: a
         // finished item's rows would be computed and ignored ([`Steps`]).
@@ -764,7 +803,7 @@ pub fn annotate_batch(
         session,
         sentences,
         beam,
-        &HostEmbeddings::new(model)?,
+        &HostEmbeddings::new(model, beam)?,
     )
 }
 
@@ -802,7 +841,7 @@ pub fn parse(
         model.grid().clone(),
         model.maps().clone(),
     );
-    let embeddings = HostEmbeddings::new(model)?;
+    let embeddings = HostEmbeddings::new(model, options.beam)?;
     let next = Mutex::new(0usize);
     let results: Mutex<Vec<Option<Sentence>>> = Mutex::new(vec![None; sentences.len()]);
     let threads = options.threads.max(1).min(batches.len().max(1));
@@ -984,7 +1023,7 @@ component { name: "parser"
                 beam: 1,
                 layers: vec![("layer_0".into(), 6, own_rows.clone())],
             };
-            let embeddings = HostEmbeddings::new(&model).unwrap();
+            let embeddings = HostEmbeddings::of(&model, |_| true).unwrap();
             let mut input = StepInput::new(
                 &model,
                 comp,
@@ -1049,7 +1088,7 @@ component { name: "parser"
         }
         // An id past the matrix, a cell past the step, a link past the table: errors.
         let three = raw_source(&[0.0; 9]);
-        let embeddings = HostEmbeddings::new(&model).unwrap();
+        let embeddings = HostEmbeddings::of(&model, |_| true).unwrap();
         let mut input =
             StepInput::new(&model, comp, std::slice::from_ref(&three), &embeddings.0[1]).unwrap();
         input.clear(1);
