@@ -348,10 +348,12 @@ pub fn embed_fixed(
         let n = batch.entries.len();
         let cells: Vec<i64> = batch.entries.iter().map(|e| e.0 as i64).collect();
         let ids: Vec<i64> = batch.entries.iter().map(|e| e.1).collect();
-        let weights = floats(batch.entries.iter().map(|e| e.2).collect(), &[n, 1], dtype)?;
-        let looked = matrix
-            .try_take(&Array::from_vec(ids, &[n])?, 0)?
-            .try_mul(&weights)?;
+        let mut looked = matrix.try_take(&Array::from_vec(ids, &[n])?, 0)?;
+        // Weights are 1 for most channels (n-grams, affixes): no pass over the pairs then.
+        if batch.entries.iter().any(|e| e.2 != 1.0) {
+            let weights = floats(batch.entries.iter().map(|e| e.2).collect(), &[n, 1], dtype)?;
+            looked = looked.try_mul(&weights)?;
+        }
         return Ok(looked
             .try_scatter_add(&Array::from_vec(cells, &[n])?, 0, &[rows * size, dim])?
             .reshape_to(&[rows, size * dim])?);
