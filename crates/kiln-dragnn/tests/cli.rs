@@ -155,9 +155,9 @@ component {
     );
     std::fs::write(&train, text).unwrap();
     let out = dir.join("model");
-    let (code, _, err) = run(
-        env!("CARGO_BIN_EXE_kiln-dragnn-train"),
-        &[
+    // kiln-dragnn-train on the spec and files, writing to `out`, with `more` arguments.
+    let train_to = |out: &std::path::Path, more: &[&str]| {
+        let mut args = vec![
             "--spec",
             spec.to_str().unwrap(),
             "--train",
@@ -166,15 +166,13 @@ component {
             data,
             "--out",
             out.to_str().unwrap(),
-            "--steps",
-            "4",
-            "--report-every",
-            "2",
             "--batch-size",
             "2",
-        ],
-        "",
-    );
+        ];
+        args.extend_from_slice(more);
+        run(env!("CARGO_BIN_EXE_kiln-dragnn-train"), &args, "")
+    };
+    let (code, _, err) = train_to(&out, &["--steps", "4", "--report-every", "2"]);
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("model saved"), "{err}");
     assert!(
@@ -203,27 +201,16 @@ component {
     // there.
     let student = dir.join("student");
     let train_with = |teacher: &str| {
-        run(
-            env!("CARGO_BIN_EXE_kiln-dragnn-train"),
+        train_to(
+            &student,
             &[
-                "--spec",
-                spec.to_str().unwrap(),
-                "--train",
-                train.to_str().unwrap(),
-                "--dev",
-                data,
-                "--out",
-                student.to_str().unwrap(),
                 "--steps",
-                "2",
-                "--batch-size",
                 "2",
                 "--teacher",
                 teacher,
                 "--distillation-weight",
                 "0.25",
             ],
-            "",
         )
     };
     let (code, _, err) = train_with(out.to_str().unwrap());

@@ -532,21 +532,24 @@ pub struct Cost {
     pub total: usize,
 }
 
+/// The rows with a label (`labels[r] ≥ 0`) as a `[rows]` mask of 1s and 0s of `dtype`, and
+/// their number.
+fn valid_rows(labels: &[i64], dtype: DType) -> Result<(Array, usize), NetworkError> {
+    let mask = labels
+        .iter()
+        .map(|&l| if l >= 0 { 1.0 } else { 0.0 })
+        .collect();
+    let total = labels.iter().filter(|&&l| l >= 0).count();
+    Ok((floats(mask, &[labels.len()], dtype)?, total))
+}
+
 /// The cost of `logits` (`[rows, actions]`) against `labels` (−1: no loss).
 pub fn cost(logits: &Array, labels: &[i64]) -> Result<Cost, NetworkError> {
     let rows = labels.len();
     let actions = logits.shape()[1];
     let dtype = logits.dtype();
-    let total = labels.iter().filter(|&&l| l >= 0).count();
+    let (valid, total) = valid_rows(labels, dtype)?;
     let lab = Array::from_vec(labels.to_vec(), &[rows])?;
-    let valid = floats(
-        labels
-            .iter()
-            .map(|&l| if l >= 0 { 1.0 } else { 0.0 })
-            .collect(),
-        &[rows],
-        dtype,
-    )?;
     let lse = logits.try_logsumexp(Some(&[-1]), false)?;
     let picked = logits
         .try_mul(&lab.try_one_hot(actions, dtype)?)?
@@ -583,16 +586,7 @@ pub fn cost(logits: &Array, labels: &[i64]) -> Result<Cost, NetworkError> {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn soft_cost(logits: &Array, target: &Array, labels: &[i64]) -> Result<Array, NetworkError> {
-    let rows = labels.len();
-    let total = labels.iter().filter(|&&l| l >= 0).count();
-    let valid = floats(
-        labels
-            .iter()
-            .map(|&l| if l >= 0 { 1.0 } else { 0.0 })
-            .collect(),
-        &[rows],
-        logits.dtype(),
-    )?;
+    let (valid, total) = valid_rows(labels, logits.dtype())?;
     let sum = target
         .try_mul(&logits.try_log_softmax(-1)?)?
         .try_sum(Some(&[-1]), false)?
