@@ -237,6 +237,12 @@ fn matmul_take_top_k() {
         vec![arr(&mut r, &[2, 3], -1.0, 1.0)],
         move |x| x[0].take(&ids1, 1),
     );
+    let to = Array::from_vec(vec![2i64, 0, 2, -1], &[4]).unwrap();
+    check(
+        "scatter_add (repeated indices)",
+        vec![arr(&mut r, &[4, 3], -1.0, 1.0)],
+        move |x| x[0].scatter_add(&to, 0, &[5, 3]).tanh(),
+    );
     let v = Array::from_vec(vec![0.3, -1.2, 2.5, 0.9, 1.7, -0.4, 0.1, 2.2], &[2, 4]).unwrap();
     check("top_k values", vec![v], |x| x[0].top_k(2).0.exp());
 }
