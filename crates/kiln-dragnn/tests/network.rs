@@ -8,8 +8,7 @@
 //!   (`kiln::grad`, in `f64`) against central finite differences with respect to every
 //!   parameter and the input;
 //! - the embedding of fixed features (multi-valued cells, weights, the `embedding_dim: -1`
-//!   pass-through; in the graph and on the host) against hand-computed sums, and its
-//!   gradient with respect to the
+//!   pass-through) against hand-computed sums, and its gradient with respect to the
 //!   embedding matrix; `gather_links` against `gather_links_host`; `embed_links` with and
 //!   without projection, and the out-of-range indicator row;
 //! - `layer_norm` against a hand-written mean/variance normalisation;
@@ -905,29 +904,6 @@ fn embed_fixed_sums_weighted_rows_of_multi_valued_cells() -> R {
     )?;
     let got: Vec<f64> = e32.to_vec::<f32>()?.into_iter().map(f64::from).collect();
     assert_close_slices("embed_fixed f32", &got, &want, 1e-5);
-
-    // Embedded on the host (as inference does for multi-valued channels): the same sums,
-    // and its rows ranges too; an id past the matrix is an error naming it.
-    let m32: Vec<f32> = m.iter().map(|&v| v as f32).collect();
-    let host = batch.embed_on_host(&m32, dim)?;
-    let e_host = embed_fixed(None, &host, DType::F32)?;
-    assert_eq!(e_host.shape(), &[6, size * dim]);
-    let got: Vec<f64> = e_host.to_vec::<f32>()?.into_iter().map(f64::from).collect();
-    assert_close_slices("embed_on_host", &got, &want, 1e-5);
-    let part = embed_fixed(None, &host.rows_range(2, 2), DType::F32)?;
-    let got: Vec<f64> = part.to_vec::<f32>()?.into_iter().map(f64::from).collect();
-    assert_close_slices(
-        "embed_on_host rows_range",
-        &got,
-        &want[2 * size * dim..4 * size * dim],
-        1e-5,
-    );
-    let short = batch.embed_on_host(&m32[..5 * dim], dim);
-    let e = short
-        .err()
-        .ok_or("an id past the matrix was embedded")?
-        .to_string();
-    assert!(e.contains("feature id 5") && e.contains("5 rows"), "{e}");
 
     // A range of rows embeds as those rows of the whole.
     let part = embed_fixed(Some(&ma), &batch.rows_range(2, 2), DType::F64)?;

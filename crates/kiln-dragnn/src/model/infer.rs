@@ -111,7 +111,7 @@ pub fn run_session(
     session: &mut ComputeSession,
     beam: Option<usize>,
 ) -> crate::Result<()> {
-    run_session_with(model, session, beam, &HostEmbeddings::new(model))
+    run_session_with(model, session, beam, &HostEmbeddings::new(model, beam)?)
 }
 
 /// The beam a component runs with: `beam` (else its spec's `inference_beam_size`) when it
@@ -132,64 +132,44 @@ fn runs_in_bulk(model: &MasterModel, comp: &super::ComponentModel, k: usize) -> 
     k == 1 && annotates_in_bulk(&model.spec().component[comp.index])
 }
 
-/// Host copies of the fixed channels' embedding matrices, each made on first use and then
-/// read by every batch of a [`parse`]: the channels of the components that run step by
-/// step ([`StepInput`]) and the multi-valued channels of those that run in bulk
-/// ([`run_bulk`]); the others are never copied.
-struct HostEmbeddings(Vec<Vec<std::sync::OnceLock<Option<HostMatrix>>>>);
+/// Host copies of the fixed channels' embedding matrices of the components that run step
+/// by step, made once per [`parse`] and read by each of its batches' steps
+/// ([`StepInput`]); a component that runs in bulk embeds in its graph and gets none.
+struct HostEmbeddings(Vec<Vec<Option<HostMatrix>>>);
 
 impl HostEmbeddings {
-    /// No copies yet, one place for each fixed channel of `model`.
-    fn new(model: &MasterModel) -> HostEmbeddings {
-        HostEmbeddings(
-            model
-                .components()
-                .iter()
-                .map(|c| c.fixed.iter().map(|_| std::sync::OnceLock::new()).collect())
-                .collect(),
-        )
+    /// The copies a parse with `beam` reads.
+    fn new(model: &MasterModel, beam: Option<usize>) -> crate::Result<HostEmbeddings> {
+        HostEmbeddings::of(model, |comp| {
+            !runs_in_bulk(model, comp, beam_of(model, comp, beam))
+        })
     }
 
-    /// Fixed channel `c` of `comp`: its matrix's host copy and width (`None` where ids pass
-    /// through, `embedding_dim: -1`).
-    fn channel(
-        &self,
+    /// The copies of the components `wanted` picks.
+    fn of(
         model: &MasterModel,
-        comp: &super::ComponentModel,
-        c: usize,
-    ) -> crate::Result<Option<HostMatrix>> {
-        let cell = self
-            .0
-            .get(comp.index)
-            .and_then(|m| m.get(c))
-            .ok_or_else(|| NetworkError::BadUnit {
-                component: comp.name.clone(),
-                unit: "inference".into(),
-                message: format!("no fixed channel {c} (host copies made for another model?)"),
-            })?;
-        if let Some(m) = cell.get() {
-            return Ok(m.clone());
-        }
-        let made = match comp.fixed[c].dim {
-            Some(dim) => {
-                let name = format!("{}/fixed_embedding_matrix_{c}", comp.name);
-                Some((host_f32(&model.params().value(&name)?)?.into(), dim))
+        wanted: impl Fn(&super::ComponentModel) -> bool,
+    ) -> crate::Result<HostEmbeddings> {
+        let store = model.params();
+        let mut all = Vec::with_capacity(model.components().len());
+        for comp in model.components() {
+            if !wanted(comp) {
+                all.push(Vec::new());
+                continue;
             }
-            None => None,
-        };
-        // Another thread may have made it meanwhile: the same values either way.
-        Ok(cell.get_or_init(|| made).clone())
-    }
-
-    /// Every fixed channel of `comp` ([`HostEmbeddings::channel`]).
-    fn component(
-        &self,
-        model: &MasterModel,
-        comp: &super::ComponentModel,
-    ) -> crate::Result<Vec<Option<HostMatrix>>> {
-        (0..comp.fixed.len())
-            .map(|c| self.channel(model, comp, c))
-            .collect()
+            let mut matrices = Vec::with_capacity(comp.fixed.len());
+            for (c, f) in comp.fixed.iter().enumerate() {
+                matrices.push(match f.dim {
+                    Some(dim) => {
+                        let name = format!("{}/fixed_embedding_matrix_{c}", comp.name);
+                        Some((host_f32(&store.value(&name)?)?.into(), dim))
+                    }
+                    None => None,
+                });
+            }
+            all.push(matrices);
+        }
+        Ok(HostEmbeddings(all))
     }
 }
 
@@ -227,7 +207,7 @@ fn run_session_with(
                 .collect(),
         };
         if runs_in_bulk(model, comp, k) {
-            let logits = run_bulk(model, session, comp, &tables, &mut own, embeddings)?;
+            let logits = run_bulk(model, session, comp, &tables, &mut own)?;
             if let Some(scores) = logits {
                 session.initialize_component_data(name, 1)?;
                 let width = stride * comp.num_actions;
@@ -254,8 +234,19 @@ fn run_session_with(
         // array: fixed channels from host copies of their embedding matrices, linked
         // channels from rows projected once (another component's) or as they are made
         // (the component's own), so the step's graph starts at the unit's first product.
-        let matrices = embeddings.component(model, comp)?;
-        let mut input = StepInput::new(model, comp, &tables, &matrices)?;
+        let matrices = embeddings
+            .0
+            .get(comp.index)
+            .filter(|m| m.len() == comp.fixed.len());
+        let matrices = matrices.ok_or_else(|| NetworkError::BadUnit {
+            component: comp.name.clone(),
+            unit: "inference".into(),
+            message: format!(
+                "no host copies of its embedding matrices for beam {k} (an internal error: \
+                 the copies were made for another beam)"
+            ),
+        })?;
+        let mut input = StepInput::new(model, comp, &tables, matrices)?;
         let mut state = comp.unit.initial_state(stride, dtype)?;
         // A unit without state computes only the rows of batch items still parsing: a
         // finished item's rows would be computed and ignored ([`Steps`]).
@@ -760,20 +751,10 @@ fn run_bulk(
     comp: &super::ComponentModel,
     tables: &[HostTables],
     own: &mut HostTables,
-    embeddings: &HostEmbeddings,
 ) -> crate::Result<Option<Vec<f32>>> {
     let store = model.params();
     let dtype = store.dtype();
-    let mut walk = walk_component(session, comp, |s| (tables[s].stride, tables[s].beam))?;
-    // Multi-valued channels (character n-grams: tens of ids in a cell) embed on the host,
-    // a few additions per pair, rather than gathering every pair in the graph.
-    for (c, batch) in walk.fixed.iter_mut().enumerate() {
-        if batch.width() > 1 {
-            if let Some((m, dim)) = embeddings.channel(model, comp, c)? {
-                *batch = batch.embed_on_host(&m, dim)?;
-            }
-        }
-    }
+    let walk = walk_component(session, comp, |s| (tables[s].stride, tables[s].beam))?;
     let mut sources: Vec<Layers> = Vec::with_capacity(tables.len());
     for t in tables {
         let mut layers = Layers::default();
@@ -817,7 +798,13 @@ pub fn annotate_batch(
     sentences: &[Sentence],
     beam: Option<usize>,
 ) -> crate::Result<Vec<Sentence>> {
-    annotate_batch_with(model, session, sentences, beam, &HostEmbeddings::new(model))
+    annotate_batch_with(
+        model,
+        session,
+        sentences,
+        beam,
+        &HostEmbeddings::new(model, beam)?,
+    )
 }
 
 /// [`annotate_batch`] with the host copies of the embedding matrices made already.
@@ -854,7 +841,7 @@ pub fn parse(
         model.grid().clone(),
         model.maps().clone(),
     );
-    let embeddings = HostEmbeddings::new(model);
+    let embeddings = HostEmbeddings::new(model, options.beam)?;
     let next = Mutex::new(0usize);
     let results: Mutex<Vec<Option<Sentence>>> = Mutex::new(vec![None; sentences.len()]);
     let threads = options.threads.max(1).min(batches.len().max(1));
@@ -1036,12 +1023,12 @@ component { name: "parser"
                 beam: 1,
                 layers: vec![("layer_0".into(), 6, own_rows.clone())],
             };
-            let embeddings = HostEmbeddings::new(&model);
+            let embeddings = HostEmbeddings::of(&model, |_| true).unwrap();
             let mut input = StepInput::new(
                 &model,
                 comp,
                 std::slice::from_ref(&lookahead),
-                &embeddings.component(&model, comp).unwrap(),
+                &embeddings.0[1],
             )
             .unwrap();
             // The own rows come projected, as a run appends them step by step.
@@ -1101,14 +1088,9 @@ component { name: "parser"
         }
         // An id past the matrix, a cell past the step, a link past the table: errors.
         let three = raw_source(&[0.0; 9]);
-        let embeddings = HostEmbeddings::new(&model);
-        let mut input = StepInput::new(
-            &model,
-            comp,
-            std::slice::from_ref(&three),
-            &embeddings.component(&model, comp).unwrap(),
-        )
-        .unwrap();
+        let embeddings = HostEmbeddings::of(&model, |_| true).unwrap();
+        let mut input =
+            StepInput::new(&model, comp, std::slice::from_ref(&three), &embeddings.0[1]).unwrap();
         input.clear(1);
         let bad = |index: i32, id: i64| FixedFeatureOutput {
             indices: vec![index],

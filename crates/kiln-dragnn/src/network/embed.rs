@@ -42,16 +42,12 @@ pub struct FixedBatch {
     /// Every (cell, id, weight) in order of arrival: one allocation per batch rather than
     /// one per cell (a parser step fills thousands of cells).
     entries: Vec<(usize, i64, f32)>,
-    /// The cells already embedded on the host ([`FixedBatch::embed_on_host`]):
-    /// `[rows, size * dim]` and `dim`; `entries` is then empty.
-    dense: Option<(Vec<f32>, usize)>,
 }
 
 impl PartialEq for FixedBatch {
     /// Equal when they hold the same pairs in each cell, in the same order.
     fn eq(&self, other: &FixedBatch) -> bool {
         (self.rows, self.size) == (other.rows, other.size)
-            && self.dense == other.dense
             && self.width() == other.width()
             && self.ids() == other.ids()
             && self.weights() == other.weights()
@@ -70,46 +66,7 @@ impl FixedBatch {
             rows,
             size,
             entries: Vec::new(),
-            dense: None,
         }
-    }
-
-    /// The batch embedded on the host with `matrix` (row-major, `dim` wide): each cell the
-    /// sum of `weight × row` of its pairs, as [`embed_fixed`] computes it in a graph.
-    /// A slot with tens of ids per cell (character n-grams) costs a few additions per pair
-    /// here, where a graph would gather every pair into a fresh array first.
-    /// An id past the matrix is an error naming it.
-    ///
-    /// ```
-    /// use kiln_dragnn::{component::FixedFeatureOutput, network::{embed_fixed, FixedBatch}};
-    /// let m = [0.0f32, 1.0, 10.0, 11.0, 20.0, 21.0];
-    /// let mut b = FixedBatch::new(1, 2);
-    /// b.add_step(0, &FixedFeatureOutput { indices: vec![0, 0, 1], ids: vec![1, 2, 2], weights: vec![1.0, 0.5, 1.0] })?;
-    /// let e = embed_fixed(None, &b.embed_on_host(&m, 2)?, kiln::DType::F32)?;
-    /// assert_eq!(e.to_vec::<f32>()?, vec![20.0, 21.5, 20.0, 21.0]);
-    /// assert!(b.embed_on_host(&m[..4], 2).is_err()); // id 2 needs a third row
-    /// # Ok::<(), kiln_dragnn::Error>(())
-    /// ```
-    pub fn embed_on_host(&self, matrix: &[f32], dim: usize) -> Result<FixedBatch, NetworkError> {
-        let mut values = vec![0.0f32; self.rows * self.size * dim];
-        for &(cell, id, w) in &self.entries {
-            let src = usize::try_from(id)
-                .ok()
-                .and_then(|id| matrix.get(id * dim..(id + 1) * dim))
-                .ok_or(NetworkError::FeatureId {
-                    id,
-                    rows: matrix.len() / dim.max(1),
-                })?;
-            for (d, s) in values[cell * dim..(cell + 1) * dim].iter_mut().zip(src) {
-                *d += w * s;
-            }
-        }
-        Ok(FixedBatch {
-            rows: self.rows,
-            size: self.size,
-            entries: Vec::new(),
-            dense: Some((values, dim)),
-        })
     }
 
     /// The number of rows.
@@ -259,14 +216,9 @@ impl FixedBatch {
     /// ```
     pub fn rows_range(&self, start: usize, count: usize) -> FixedBatch {
         let (lo, hi) = (start * self.size, (start + count) * self.size);
-        let dense = self
-            .dense
-            .as_ref()
-            .map(|(v, dim)| (v[lo * dim..hi * dim].to_vec(), *dim));
         FixedBatch {
             rows: count,
             size: self.size,
-            dense,
             entries: self
                 .entries
                 .iter()
@@ -380,9 +332,6 @@ pub fn embed_fixed(
     dtype: DType,
 ) -> Result<Array, NetworkError> {
     let (rows, size, width) = (batch.rows, batch.size, batch.width());
-    if let Some((values, dim)) = &batch.dense {
-        return Ok(floats(values.clone(), &[rows, size * dim], dtype)?);
-    }
     let Some(matrix) = matrix else {
         let ids: Vec<f32> = batch.ids().iter().map(|&i| i as f32).collect();
         let ids = floats(ids, &[rows * size, width, 1], dtype)?;

@@ -78,14 +78,6 @@ pub enum NetworkError {
         size: usize,
     },
     /// A linked feature pointing past its source's activations.
-    /// A feature id past its channel's embedding matrix.
-    #[error("feature id {id} lies outside the embedding matrix's {rows} rows")]
-    FeatureId {
-        /// The id.
-        id: i64,
-        /// The matrix's rows.
-        rows: usize,
-    },
     #[error("linked feature reads row {row} of a source with {table_rows} rows of activations")]
     LinkRow {
         /// The row.
