@@ -1851,6 +1851,28 @@ fn distillation_fits_the_teachers_mean_distribution() -> R {
         }
     }
 
+    // A teacher of another float type: its f32 distribution, cast, gives the f64
+    // model's gradient to f32 precision.
+    let other32 = || -> R<MasterModel> {
+        let m = model(
+            &mixed_spec_moved_link(),
+            &train,
+            DType::F32,
+            grid(0.01, 0.0)?,
+        )?;
+        randomize_salted(&m, 7)?;
+        Ok(m)
+    };
+    let (_, _, g32) = distilled_grads(&spec, &train, batch, vec![other32()?], 1.0)?;
+    for ((name, a), b) in names.iter().zip(&g_other).zip(&g32) {
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!(
+                close(*x, *y, 1e-5),
+                "d loss / d {name}[{i}]: f64 teacher {x}, f32 teacher {y}"
+            );
+        }
+    }
+
     // Halfway: the mean of the oracle's and the teacher's gradients.
     let (_, _, g_half) = distilled_grads(&spec, &train, batch, vec![other()?], 0.5)?;
     for ((name, h), (o, t)) in names.iter().zip(&g_half).zip(plain.iter().zip(&g_other)) {

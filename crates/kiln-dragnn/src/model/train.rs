@@ -841,6 +841,7 @@ impl Trainer {
         rows: &[usize],
     ) -> crate::Result<Vec<Option<Array>>> {
         let t = &self.targets[target];
+        let dtype = self.model.params().dtype();
         let mut sums: Vec<Option<Array>> = vec![None; t.weights.len()];
         let Some(d) = self.distillation.as_mut() else {
             return Ok(sums);
@@ -856,7 +857,8 @@ impl Trainer {
                 // The layouts agree row for row (both follow the oracle); only the padding
                 // of the step count may differ, and padded rows carry no loss.
                 let have = logits.shape()[0];
-                let p = logits.try_softmax(-1)?;
+                // A teacher of another float type (an f32 model teaching an f64 one).
+                let p = logits.try_softmax(-1)?.cast(dtype);
                 let p = if have >= rows[c] {
                     p.try_slice(kiln::s![0..rows[c]])?
                 } else {
