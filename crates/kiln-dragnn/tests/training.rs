@@ -1776,6 +1776,28 @@ fn mixed_spec_moved_link() -> String {
     )
 }
 
+/// Asserts that each gradient element of `got` is close (to `tol`) to `want` of the same
+/// element of `base`.
+fn assert_each_close(
+    what: &str,
+    names: &[String],
+    base: &[Vec<f64>],
+    got: &[Vec<f64>],
+    want: impl Fn(f64) -> f64,
+    tol: f64,
+) {
+    for ((name, a), b) in names.iter().zip(base).zip(got) {
+        assert_eq!(a.len(), b.len(), "{what}: {name}");
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!(
+                close(want(*x), *y, tol),
+                "{what}: d loss / d {name}[{i}] is {y}, expected {} (from {x})",
+                want(*x)
+            );
+        }
+    }
+}
+
 /// The gradients of target 0 on `batch` with `teachers` at distillation `weight`.
 fn distilled_grads(
     spec: &str,
@@ -1802,16 +1824,13 @@ fn distillation_fits_the_teachers_mean_distribution() -> R {
         randomize(&m)?;
         Ok(m)
     };
-    let other = || -> R<MasterModel> {
-        let m = model(
-            &mixed_spec_moved_link(),
-            &train,
-            DType::F64,
-            grid(0.01, 0.0)?,
-        )?;
+    // Another spec's model with other values, in `dtype`.
+    let other_in = |dtype: DType| -> R<MasterModel> {
+        let m = model(&mixed_spec_moved_link(), &train, dtype, grid(0.01, 0.0)?)?;
         randomize_salted(&m, 7)?;
         Ok(m)
     };
+    let other = || other_in(DType::F64);
     let (plain_loss, names, plain) = distilled_grads(&spec, &train, batch, Vec::new(), 0.5)?;
     let max = |g: &[Vec<f64>]| g.iter().flatten().fold(0.0f64, |m, v| m.max(v.abs()));
     assert!(
@@ -1842,36 +1861,19 @@ fn distillation_fits_the_teachers_mean_distribution() -> R {
         max(&g_other)
     );
     let (_, _, g_both) = distilled_grads(&spec, &train, batch, vec![twin()?, other()?], 1.0)?;
-    for ((name, a), b) in names.iter().zip(&g_other).zip(&g_both) {
-        for (i, (x, y)) in a.iter().zip(b).enumerate() {
-            assert!(
-                close(x / 2.0, *y, 1e-9),
-                "d loss / d {name}[{i}]: one teacher {x}, with the model beside it {y}"
-            );
-        }
-    }
+    assert_each_close(
+        "the model beside the teacher",
+        &names,
+        &g_other,
+        &g_both,
+        |x| x / 2.0,
+        1e-9,
+    );
 
     // A teacher of another float type: its f32 distribution, cast, gives the f64
     // model's gradient to f32 precision.
-    let other32 = || -> R<MasterModel> {
-        let m = model(
-            &mixed_spec_moved_link(),
-            &train,
-            DType::F32,
-            grid(0.01, 0.0)?,
-        )?;
-        randomize_salted(&m, 7)?;
-        Ok(m)
-    };
-    let (_, _, g32) = distilled_grads(&spec, &train, batch, vec![other32()?], 1.0)?;
-    for ((name, a), b) in names.iter().zip(&g_other).zip(&g32) {
-        for (i, (x, y)) in a.iter().zip(b).enumerate() {
-            assert!(
-                close(*x, *y, 1e-5),
-                "d loss / d {name}[{i}]: f64 teacher {x}, f32 teacher {y}"
-            );
-        }
-    }
+    let (_, _, g32) = distilled_grads(&spec, &train, batch, vec![other_in(DType::F32)?], 1.0)?;
+    assert_each_close("an f32 teacher", &names, &g_other, &g32, |x| x, 1e-5);
 
     // Halfway: the mean of the oracle's and the teacher's gradients.
     let (_, _, g_half) = distilled_grads(&spec, &train, batch, vec![other()?], 0.5)?;
