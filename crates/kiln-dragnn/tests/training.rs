@@ -1530,8 +1530,28 @@ fn recurrent_models_compile_nothing_new_after_an_epoch() -> R {
     }
     let after = kiln::cache_stats();
     assert_eq!(after.misses, before.misses, "training compiled new plans");
-    // Inference: one plan per component step, whatever the sentences.
-    parse(t.model(), &train[..12], &options(6))?;
+    // Inference pads a batch's steps only to its bucket (`inference_steps`: exact below
+    // 16), so it compiles one plan per component and step bucket: once batches of every
+    // length up to the longest have run, new sentences compile nothing.
+    let longest = other.iter().map(Sentence::len).max().unwrap_or(0);
+    assert!(longest < 16, "the lengths of this corpus are exact buckets");
+    let words: Vec<&str> = train
+        .iter()
+        .flat_map(|s| (0..s.len()).map(move |i| s.form(i)))
+        .collect();
+    let mut text = String::new();
+    for len in 1..=longest {
+        // Six sentences of each length: one batch of `options(6)` per length.
+        for copy in 0..6 {
+            for i in 0..len {
+                let form = words[(len * 7 + copy * 3 + i) % words.len()];
+                text.push_str(&format!("{}\t{form}\t_\t_\t_\t_\t_\t_\t_\t_\n", i + 1));
+            }
+            text.push('\n');
+        }
+    }
+    let every_length = read_conllu(&text)?;
+    parse(t.model(), &every_length, &options(6))?;
     let before = kiln::cache_stats();
     parse(t.model(), &other, &options(6))?;
     let after = kiln::cache_stats();

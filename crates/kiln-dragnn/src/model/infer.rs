@@ -135,7 +135,38 @@ fn runs_in_bulk(model: &MasterModel, comp: &super::ComponentModel, k: usize) -> 
 /// Host copies of the fixed channels' embedding matrices of the components that run step
 /// by step, made once per [`parse`] and read by each of its batches' steps
 /// ([`StepInput`]); a component that runs in bulk embeds in its graph and gets none.
-struct HostEmbeddings(Vec<Vec<Option<HostMatrix>>>);
+/// For a unit whose first product splits ([`NetworkUnit::splits_first_layer`]), a channel
+/// of at most [`PRODUCT_VOCABULARY`] rows also gets its matrix times each slot's rows of the
+/// unit's first weights ([`HostChannel::product`]).
+struct HostEmbeddings(Vec<Vec<HostChannel>>);
+
+/// A fixed channel's host copies (see [`HostEmbeddings`]).
+#[derive(Clone, Default)]
+struct HostChannel {
+    /// The embedding matrix (`None`: the ids pass through, `embedding_dim: -1`).
+    matrix: Option<HostMatrix>,
+    /// `[vocabulary + 1, size, hidden]`: row `id`, slot `s` is the matrix's row `id` times
+    /// the first weights' rows of slot `s`, its share of the unit's first product.
+    product: Option<std::sync::Arc<[f32]>>,
+}
+
+/// The largest vocabulary (embedding matrix rows) whose products with the first weights
+/// are made once per parse: a product costs the matrix's rows × `dim` × `size` × `hidden`
+/// multiply-adds once, where multiplying the channel's columns in each step costs its
+/// step rows × the same, so it pays once a parse has more step rows than the vocabulary
+/// (labels, actions and the like have tens of values; words have thousands and stay in
+/// the step's product).
+const PRODUCT_VOCABULARY: usize = 256;
+
+/// The unit's first weights (`[input_dim, hidden]`) restricted to columns
+/// `offset..offset + size * dim` of its input, as `[dim, size * hidden]`: slot `s`'s rows
+/// side by side, so that `rows · result` gives every slot's share of the first product.
+fn slot_weights(w0: &Array, offset: usize, size: usize, dim: usize) -> kiln::Result<Array> {
+    let blocks = (0..size)
+        .map(|s| w0.try_slice(kiln::s![offset + s * dim..offset + (s + 1) * dim]))
+        .collect::<kiln::Result<Vec<_>>>()?;
+    Array::try_concat(&blocks.iter().collect::<Vec<_>>(), 1)
+}
 
 impl HostEmbeddings {
     /// The copies a parse with `beam` reads.
@@ -157,17 +188,31 @@ impl HostEmbeddings {
                 all.push(Vec::new());
                 continue;
             }
-            let mut matrices = Vec::with_capacity(comp.fixed.len());
+            let w0 = if comp.unit.splits_first_layer() {
+                Some(store.value(&format!("{}/weights_0", comp.name))?)
+            } else {
+                None
+            };
+            let mut channels = Vec::with_capacity(comp.fixed.len());
+            let mut offset = 0;
             for (c, f) in comp.fixed.iter().enumerate() {
-                matrices.push(match f.dim {
-                    Some(dim) => {
-                        let name = format!("{}/fixed_embedding_matrix_{c}", comp.name);
-                        Some((host_f32(&store.value(&name)?)?.into(), dim))
+                let mut channel = HostChannel::default();
+                if let Some(dim) = f.dim {
+                    let name = format!("{}/fixed_embedding_matrix_{c}", comp.name);
+                    let matrix = store.value(&name)?;
+                    if let Some(w0) = w0
+                        .as_ref()
+                        .filter(|_| matrix.shape()[0] <= PRODUCT_VOCABULARY)
+                    {
+                        let w = slot_weights(w0, offset, f.size, dim)?;
+                        channel.product = Some(host_f32(&matrix.try_matmul(&w)?)?.into());
                     }
-                    None => None,
-                });
+                    channel.matrix = Some((host_f32(&matrix)?.into(), dim));
+                }
+                offset += f.size * f.dim.unwrap_or(1);
+                channels.push(channel);
             }
-            all.push(matrices);
+            all.push(channels);
         }
         Ok(HostEmbeddings(all))
     }
@@ -246,7 +291,7 @@ fn run_session_with(
                  the copies were made for another beam)"
             ),
         })?;
-        let mut input = StepInput::new(model, comp, &tables, matrices)?;
+        let mut input = StepInput::new(model, comp, &tables, matrices, true)?;
         let mut state = comp.unit.initial_state(stride, dtype)?;
         // A unit without state computes only the rows of batch items still parsing: a
         // finished item's rows would be computed and ignored ([`Steps`]).
@@ -272,8 +317,14 @@ fn run_session_with(
                 b.add_step(&links, |x| source_row(x, src.stride, src.beam));
                 input.linked(comp, c, &b, src)?;
             }
-            let x = floats(input.take(), &[rows, input.width], dtype)?;
-            let (layers, next) = comp.run(store, &[x], state.as_ref(), None)?;
+            let (layers, next) = match input.finish(dtype)? {
+                Ok(xw0) => (
+                    comp.unit
+                        .forward_from_first_matmul(store, &comp.name, &xw0, None)?,
+                    None,
+                ),
+                Err(x) => comp.run(store, &[x], state.as_ref(), None)?,
+            };
             let own_projected = input.project_own(comp, &layers)?;
             // The logits come to the host, which log-softmaxes them ([`log_softmax_rows`]):
             // a few dozen values per row, where the graph would spend four small kernels.
@@ -441,15 +492,72 @@ impl Steps {
 /// [`crate::network::embed_fixed`]); projected linked channels copy rows of a projected
 /// table (as [`crate::network::embed_links`] computes them: [`projected_links`]); raw ones
 /// copy the source's rows (zeros out of range).
+///
+/// When the unit's first product splits over its input's columns
+/// ([`NetworkUnit::splits_first_layer`]), fixed channels of small vocabularies skip the
+/// columns: their matrices times each slot's rows of the first weights are made once per
+/// parse ([`HostChannel::product`]), and each step adds those rows into its share of the
+/// product ([`First::pre`]), which [`StepInput::finish`] adds to `x · W` over the remaining
+/// columns.
+/// The parser's label, action and space-after features (220 of its 1,084 columns) thus
+/// leave the per-step product.
 struct StepInput {
+    /// The columns written (those not premultiplied).
     width: usize,
     rows: usize,
     values: Vec<f32>,
-    /// Each fixed channel's column offset and host matrix with its width (`None`: the ids
-    /// pass through, `embedding_dim: -1`).
-    fixed: Vec<(usize, Option<HostMatrix>)>,
+    /// Each fixed channel's route.
+    fixed: Vec<FixedRoute>,
     /// Each linked channel's column offset and rows.
     linked: Vec<(usize, Link)>,
+    /// Where the first product splits: the premultiplied shares.
+    first: Option<First>,
+}
+
+/// How a fixed channel reaches the unit: as columns of the step input at an offset, with
+/// its host matrix (`None`: the ids pass through), or as premultiplied rows added to the
+/// first product ([`HostChannel::product`]).
+enum FixedRoute {
+    Columns(usize, Option<HostMatrix>),
+    Product(std::sync::Arc<[f32]>),
+}
+
+/// The split first product of a step (see [`StepInput`]).
+struct First {
+    hidden: usize,
+    /// `[rows, hidden]`: the premultiplied channels' sum.
+    pre: Vec<f32>,
+    /// The first weights' rows of the written columns, `[width, hidden]`, evaluated.
+    weights: Array,
+}
+
+/// Adds `w ×` slot `slot` of premultiplied row `index` (`table` is `[rows, size, hidden]`)
+/// into `pre` (`hidden` wide); `false` when the table has no such row.
+fn add_product(
+    pre: &mut [f32],
+    table: &[f32],
+    size: usize,
+    index: usize,
+    slot: usize,
+    w: f32,
+) -> bool {
+    let h = pre.len();
+    let at = index
+        .checked_mul(size)
+        .and_then(|x| x.checked_add(slot)?.checked_mul(h));
+    let Some(src) = at.and_then(|at| table.get(at..at.checked_add(h)?)) else {
+        return false;
+    };
+    if w == 1.0 {
+        for (d, s) in pre.iter_mut().zip(src) {
+            *d += s;
+        }
+    } else {
+        for (d, s) in pre.iter_mut().zip(src) {
+            *d += w * s;
+        }
+    }
+    true
 }
 
 /// A host copy of an embedding matrix (row-major) and its width.
@@ -471,23 +579,42 @@ enum Link {
 }
 
 impl StepInput {
-    /// The input of `comp`, whose fixed channels' matrices are `embeddings` (host copies,
-    /// `None` where ids pass through) and whose earlier components' layers are `tables`.
+    /// The input of `comp`, whose fixed channels' host copies are `embeddings` and whose
+    /// earlier components' layers are `tables`; with `split`, channels premultiply where
+    /// the unit's first product splits (see [`StepInput`]).
     fn new(
         model: &MasterModel,
         comp: &super::ComponentModel,
         tables: &[HostTables],
-        embeddings: &[Option<HostMatrix>],
+        embeddings: &[HostChannel],
+        split: bool,
     ) -> crate::Result<StepInput> {
         let store = model.params();
-        let mut width = 0;
+        let w0 = if split && comp.unit.splits_first_layer() {
+            Some(store.value(&format!("{}/weights_0", comp.name))?)
+        } else {
+            None
+        };
+        // Offsets in the unit's whole input (`at`) and in the written columns (`width`).
+        let (mut at, mut width) = (0, 0);
+        // The whole input's rows of the written columns, for the direct weights.
+        let mut kept: Vec<(usize, usize)> = Vec::new();
         let mut fixed = Vec::with_capacity(comp.fixed.len());
-        for (f, matrix) in comp.fixed.iter().zip(embeddings) {
-            fixed.push((width, matrix.clone()));
-            width += f.size * f.dim.unwrap_or(1);
+        for (f, host) in comp.fixed.iter().zip(embeddings) {
+            let cols = f.size * f.dim.unwrap_or(1);
+            match (&host.product, &w0) {
+                (Some(p), Some(_)) => fixed.push(FixedRoute::Product(p.clone())),
+                _ => {
+                    fixed.push(FixedRoute::Columns(width, host.matrix.clone()));
+                    kept.push((at, cols));
+                    width += cols;
+                }
+            }
+            at += cols;
         }
         let mut linked = Vec::with_capacity(comp.linked.len());
         for (c, l) in comp.linked.iter().enumerate() {
+            let cols = l.size * l.dim.unwrap_or(l.source_dim);
             let link = match l.dim {
                 Some(dim) => {
                     let p = store.value(&format!("{}/linked_embedding_matrix_{c}", comp.name))?;
@@ -514,25 +641,49 @@ impl StepInput {
                 None => Link::Raw { dim: l.source_dim },
             };
             linked.push((width, link));
-            width += l.size * l.dim.unwrap_or(l.source_dim);
+            kept.push((at, cols));
+            width += cols;
+            at += cols;
         }
-        if width != comp.input_dim {
+        if at != comp.input_dim {
             return Err(NetworkError::BadUnit {
                 component: comp.name.clone(),
                 unit: "inference".into(),
                 message: format!(
-                    "the channels are {width} wide, but the unit reads {}",
+                    "the channels are {at} wide, but the unit reads {}",
                     comp.input_dim
                 ),
             }
             .into());
         }
+        let first = match w0 {
+            Some(w0) => {
+                let parts = kept
+                    .iter()
+                    .map(|&(at, cols)| w0.try_slice(kiln::s![at..at + cols]))
+                    .collect::<kiln::Result<Vec<_>>>()?;
+                let weights = match parts.as_slice() {
+                    [] => w0.try_slice(kiln::s![0..0])?,
+                    [one] => one.clone(),
+                    _ => Array::try_concat(&parts.iter().collect::<Vec<_>>(), 0)?,
+                };
+                // Evaluated once here, not in every step's graph.
+                kiln::eval(&[&weights])?;
+                Some(First {
+                    hidden: w0.shape()[1],
+                    pre: Vec::new(),
+                    weights,
+                })
+            }
+            None => None,
+        };
         Ok(StepInput {
             width,
             rows: 0,
             values: Vec::new(),
             fixed,
             linked,
+            first,
         })
     }
 
@@ -541,11 +692,31 @@ impl StepInput {
         self.rows = rows;
         self.values.clear();
         self.values.resize(rows * self.width, 0.0);
+        if let Some(f) = &mut self.first {
+            f.pre.clear();
+            f.pre.resize(rows * f.hidden, 0.0);
+        }
     }
 
-    /// The step's values, `[rows, width]`.
+    /// The step's written values, `[rows, width]`.
     fn take(&mut self) -> Vec<f32> {
         std::mem::take(&mut self.values)
+    }
+
+    /// The step's input as the unit reads it: `Ok(Err(x))`, the written values `[rows,
+    /// width]`, or, where the first product splits, `Ok(Ok(x · W + pre))`, the first
+    /// product `[rows, hidden]`.
+    fn finish(&mut self, dtype: DType) -> kiln::Result<Result<Array, Array>> {
+        let x = floats(self.take(), &[self.rows, self.width], dtype)?;
+        let Some(f) = &mut self.first else {
+            return Ok(Err(x));
+        };
+        let pre = floats(std::mem::take(&mut f.pre), &[self.rows, f.hidden], dtype)?;
+        Ok(Ok(if self.width == 0 {
+            pre
+        } else {
+            x.try_matmul(&f.weights)?.try_add(&pre)?
+        }))
     }
 
     /// Writes fixed channel `c`'s features (cell `row * size + slot`).
@@ -556,7 +727,13 @@ impl StepInput {
         out: &FixedFeatureOutput,
     ) -> crate::Result<()> {
         let size = comp.fixed[c].size;
-        let (offset, matrix) = &self.fixed[c];
+        let bad_id = |id: i64, vocabulary: usize| NetworkError::BadUnit {
+            component: comp.name.clone(),
+            unit: format!("fixed feature '{}'", comp.fixed[c].name),
+            message: format!(
+                "feature id {id} lies outside the embedding matrix's {vocabulary} rows"
+            ),
+        };
         for i in 0..out.len() {
             let cell = usize::try_from(out.indices[i])
                 .ok()
@@ -569,25 +746,31 @@ impl StepInput {
                 })?;
             let (row, slot) = (cell / size, cell % size);
             let (id, w) = (out.ids[i], out.weights[i]);
-            match matrix {
-                Some((m, dim)) => {
+            match &self.fixed[c] {
+                FixedRoute::Product(p) => {
+                    let index = usize::try_from(id).unwrap_or(usize::MAX);
+                    let added = self.first.as_mut().is_some_and(|f| {
+                        let h = f.hidden;
+                        add_product(&mut f.pre[row * h..(row + 1) * h], p, size, index, slot, w)
+                    });
+                    if !added {
+                        let hidden = self.first.as_ref().map_or(1, |f| f.hidden);
+                        return Err(bad_id(id, p.len() / (size * hidden).max(1)).into());
+                    }
+                }
+                FixedRoute::Columns(offset, Some((m, dim))) => {
                     let src = usize::try_from(id)
                         .ok()
                         .and_then(|id| m.get(id * dim..(id + 1) * dim))
-                        .ok_or_else(|| NetworkError::BadUnit {
-                            component: comp.name.clone(),
-                            unit: format!("fixed feature '{}'", comp.fixed[c].name),
-                            message: format!(
-                                "feature id {id} lies outside the embedding matrix's {} rows",
-                                m.len() / dim.max(&1)
-                            ),
-                        })?;
+                        .ok_or_else(|| bad_id(id, m.len() / dim.max(&1)))?;
                     let at = row * self.width + offset + slot * dim;
                     for (d, s) in self.values[at..at + dim].iter_mut().zip(src) {
                         *d += w * s;
                     }
                 }
-                None => self.values[row * self.width + offset + slot] += id as f32 * w,
+                FixedRoute::Columns(offset, None) => {
+                    self.values[row * self.width + offset + slot] += id as f32 * w
+                }
             }
         }
         Ok(())
@@ -754,7 +937,12 @@ fn run_bulk(
 ) -> crate::Result<Option<Vec<f32>>> {
     let store = model.params();
     let dtype = store.dtype();
-    let walk = walk_component(session, comp, |s| (tables[s].stride, tables[s].beam))?;
+    let walk = walk_component(
+        session,
+        comp,
+        |s| (tables[s].stride, tables[s].beam),
+        super::train::inference_steps,
+    )?;
     let mut sources: Vec<Layers> = Vec::with_capacity(tables.len());
     for t in tables {
         let mut layers = Layers::default();
@@ -995,9 +1183,16 @@ component { name: "parser"
 
     /// The host-written step input against the graph's embeddings of the same features
     /// (`embed_fixed`, `embed_links` of gathered rows, concatenated), with cells holding
-    /// several weighted features, empty cells and links out of range.
+    /// several weighted features, empty cells and links out of range; and, where the
+    /// unit's first product splits and small fixed channels are premultiplied, the step's
+    /// first product against those embeddings times the unit's first weights.
     #[test]
     fn the_host_written_step_input_equals_the_graphs_embeddings() {
+        step_input_against_the_graph(false);
+        step_input_against_the_graph(true);
+    }
+
+    fn step_input_against_the_graph(split: bool) {
         let doc = crate::document::read_conllu(
             "1\ta\t_\tX\t_\t_\t2\tdep\t_\t_\n2\tb\t_\tY\t_\t_\t0\troot\t_\t_\n3\tc\t_\tX\t_\t_\t2\tobj\t_\t_",
         )
@@ -1029,8 +1224,12 @@ component { name: "parser"
                 comp,
                 std::slice::from_ref(&lookahead),
                 &embeddings.0[1],
+                split,
             )
             .unwrap();
+            // The test's vocabularies are small: with `split`, the word channel (the only
+            // fixed one with a matrix) is premultiplied, the rest written.
+            assert_eq!(input.width, if split { 13 } else { 21 }, "columns written");
             // The own rows come projected, as a run appends them step by step.
             let mut layers = Layers::default();
             layers.push(
@@ -1079,18 +1278,35 @@ component { name: "parser"
                 want.push(comp.embed_linked(store, c, &g, &oob, rows).unwrap());
             }
             let want = Array::concat(&want.iter().collect::<Vec<_>>(), 1);
-            assert_eq!(want.shape(), &[rows, input.width]);
+            assert_eq!(want.shape(), &[rows, comp.input_dim]);
+            let (got, want) = match input.finish(DType::F32).unwrap() {
+                Ok(xw0) => {
+                    assert!(split);
+                    let w0 = store.value("parser/weights_0").unwrap();
+                    (xw0, want.matmul(&w0))
+                }
+                Err(x) => {
+                    assert!(!split);
+                    (x, want)
+                }
+            };
             close(
-                &input.take(),
+                &got.to_vec::<f32>().unwrap(),
                 &want.to_vec::<f32>().unwrap(),
-                &format!("trial {trial}"),
+                &format!("split {split}, trial {trial}"),
             );
         }
         // An id past the matrix, a cell past the step, a link past the table: errors.
         let three = raw_source(&[0.0; 9]);
         let embeddings = HostEmbeddings::of(&model, |_| true).unwrap();
-        let mut input =
-            StepInput::new(&model, comp, std::slice::from_ref(&three), &embeddings.0[1]).unwrap();
+        let mut input = StepInput::new(
+            &model,
+            comp,
+            std::slice::from_ref(&three),
+            &embeddings.0[1],
+            split,
+        )
+        .unwrap();
         input.clear(1);
         let bad = |index: i32, id: i64| FixedFeatureOutput {
             indices: vec![index],
