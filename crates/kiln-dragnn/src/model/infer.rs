@@ -234,11 +234,14 @@ fn run_session_with(
         session.initialize_component_data(name, beam_of(model, comp, beam))?;
         let k = session.beam_size(name)?;
         let stride = session.batch_size(name)? * k;
-        // The layers of this component that some linked feature reads.
+        // The layers of this component that some linked feature reads from the host: a
+        // later component's, or its own raw ones (its own projected links keep their
+        // projected rows instead, [`StepInput::extend_own`], or run inside the bulk graph).
         let mut read: Vec<(String, usize)> = Vec::new();
         for c in model.components() {
             for l in &c.linked {
-                if l.source == comp.index && !read.iter().any(|(n, _)| *n == l.layer) {
+                let host = c.index != comp.index || l.dim.is_none();
+                if host && l.source == comp.index && !read.iter().any(|(n, _)| *n == l.layer) {
                     read.push((l.layer.clone(), l.source_dim));
                 }
             }

@@ -456,6 +456,7 @@ pub(crate) fn component_forward(
     }
     let mut state: Option<LstmState> = comp.unit.initial_state(stride, dtype)?;
     let mut history: Vec<Layers> = Vec::with_capacity(steps);
+    let stepping = comp.unit.without_logits();
     for t in 0..steps {
         let slice = |a: &Array| a.try_slice(kiln::s![t * stride..(t + 1) * stride]);
         if let Some((pre, rec_w)) = &split {
@@ -482,9 +483,9 @@ pub(crate) fn component_forward(
             continue;
         }
         if let Some(z) = &projected {
+            // The softmax layer runs once over every step afterwards, not per step.
             let (layers, next) =
-                comp.unit
-                    .forward(store, &comp.name, &slice(z)?, state.as_ref(), None)?;
+                stepping.forward(store, &comp.name, &slice(z)?, state.as_ref(), None)?;
             state = next;
             history.push(layers);
             continue;
@@ -533,7 +534,15 @@ pub(crate) fn component_forward(
         }
         return Ok(out);
     }
-    concat_steps(&history)
+    let mut out = concat_steps(&history)?;
+    if projected.is_some() {
+        if let Some(last) = out.get("last_layer").cloned() {
+            if let Some(logits) = comp.unit.logits(store, &comp.name, &last)? {
+                out.push("logits", logits);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Every component's layers over its walk (components `0..walks.len()`), in the bulk

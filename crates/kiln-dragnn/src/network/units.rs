@@ -596,6 +596,38 @@ impl NetworkUnit {
         }
     }
 
+    /// The unit without its softmax layer: the same layers but `logits` (see
+    /// [`NetworkUnit::logits`], which computes them from `last_layer` afterwards).
+    pub(crate) fn without_logits(&self) -> NetworkUnit {
+        let mut unit = self.clone();
+        match &mut unit {
+            NetworkUnit::Identity { .. } => {}
+            NetworkUnit::FeedForward(f) => f.num_actions = None,
+            NetworkUnit::Lstm(l) => l.num_actions = None,
+            NetworkUnit::LayerNormLstm(l) => l.num_actions = None,
+        }
+        unit
+    }
+
+    /// The logits of `last` (rows of the unit's `last_layer`), `None` when the unit has no
+    /// softmax layer: what [`NetworkUnit::forward`] computes per step, for many steps at once.
+    pub(crate) fn logits(
+        &self,
+        store: &ParamStore,
+        prefix: &str,
+        last: &Array,
+    ) -> Result<Option<Array>, NetworkError> {
+        if self.num_actions().is_none() {
+            return Ok(None);
+        }
+        let v = |s: &str| store.value(&format!("{prefix}/{s}"));
+        Ok(Some(affine(
+            last,
+            &v("weights_softmax")?,
+            Some(&v("bias_softmax")?),
+        )?))
+    }
+
     /// The hidden width of a recurrent unit.
     fn state_dim(&self) -> Option<usize> {
         match self {
