@@ -135,9 +135,10 @@ fn runs_in_bulk(model: &MasterModel, comp: &super::ComponentModel, k: usize) -> 
 /// Host copies of the fixed channels' embedding matrices of the components that run step
 /// by step, made once per [`parse`] and read by each of its batches' steps
 /// ([`StepInput`]); a component that runs in bulk embeds in its graph and gets none.
-/// For a unit whose first product splits ([`NetworkUnit::splits_first_layer`]), a channel
-/// of at most [`PRODUCT_VOCABULARY`] rows also gets its matrix times each slot's rows of the
-/// unit's first weights ([`HostChannel::product`]).
+/// For a unit whose first product splits
+/// ([`crate::network::NetworkUnit::splits_first_layer`]), a channel of at most
+/// [`PRODUCT_VOCABULARY`] rows also gets its matrix times each slot's rows of the unit's
+/// first weights ([`HostChannel::product`]).
 struct HostEmbeddings(Vec<Vec<HostChannel>>);
 
 /// A fixed channel's host copies (see [`HostEmbeddings`]).
@@ -321,12 +322,12 @@ fn run_session_with(
                 input.linked(comp, c, &b, src)?;
             }
             let (layers, next) = match input.finish(dtype)? {
-                Ok(xw0) => (
+                Finished::FirstProduct(xw0) => (
                     comp.unit
                         .forward_from_first_matmul(store, &comp.name, &xw0, None)?,
                     None,
                 ),
-                Err(x) => comp.run(store, &[x], state.as_ref(), None)?,
+                Finished::Input(x) => comp.run(store, &[x], state.as_ref(), None)?,
             };
             let own_projected = input.project_own(comp, &layers)?;
             // The logits come to the host, which log-softmaxes them ([`log_softmax_rows`]):
@@ -497,11 +498,11 @@ impl Steps {
 /// copy the source's rows (zeros out of range).
 ///
 /// When the unit's first product splits over its input's columns
-/// ([`NetworkUnit::splits_first_layer`]), fixed channels of small vocabularies skip the
-/// columns: their matrices times each slot's rows of the first weights are made once per
-/// parse ([`HostChannel::product`]), and each step adds those rows into its share of the
-/// product ([`First::pre`]), which [`StepInput::finish`] adds to `x · W` over the remaining
-/// columns.
+/// ([`crate::network::NetworkUnit::splits_first_layer`]), fixed channels of small
+/// vocabularies skip the columns: their matrices times each slot's rows of the first
+/// weights are made once per parse ([`HostChannel::product`]), and each step adds those
+/// rows into its share of the product ([`First::pre`]), which [`StepInput::finish`] adds to
+/// `x · W` over the remaining columns.
 /// The parser's label, action and space-after features (220 of its 1,084 columns) thus
 /// leave the per-step product.
 struct StepInput {
@@ -523,6 +524,15 @@ struct StepInput {
 enum FixedRoute {
     Columns(usize, Option<HostMatrix>),
     Product(std::sync::Arc<[f32]>),
+}
+
+/// A step's input as [`StepInput::finish`] gives it.
+enum Finished {
+    /// The written values, `[rows, width]`, for [`super::ComponentModel::run`].
+    Input(Array),
+    /// Where the first product splits: `x · W + pre`, `[rows, hidden]`, for
+    /// [`crate::network::NetworkUnit::forward_from_first_matmul`].
+    FirstProduct(Array),
 }
 
 /// The split first product of a step (see [`StepInput`]).
@@ -706,16 +716,14 @@ impl StepInput {
         std::mem::take(&mut self.values)
     }
 
-    /// The step's input as the unit reads it: `Ok(Err(x))`, the written values `[rows,
-    /// width]`, or, where the first product splits, `Ok(Ok(x · W + pre))`, the first
-    /// product `[rows, hidden]`.
-    fn finish(&mut self, dtype: DType) -> kiln::Result<Result<Array, Array>> {
+    /// The step's input as the unit reads it (see [`Finished`]).
+    fn finish(&mut self, dtype: DType) -> kiln::Result<Finished> {
         let x = floats(self.take(), &[self.rows, self.width], dtype)?;
         let Some(f) = &mut self.first else {
-            return Ok(Err(x));
+            return Ok(Finished::Input(x));
         };
         let pre = floats(std::mem::take(&mut f.pre), &[self.rows, f.hidden], dtype)?;
-        Ok(Ok(if self.width == 0 {
+        Ok(Finished::FirstProduct(if self.width == 0 {
             pre
         } else {
             x.try_matmul(&f.weights)?.try_add(&pre)?
@@ -1283,12 +1291,12 @@ component { name: "parser"
             let want = Array::concat(&want.iter().collect::<Vec<_>>(), 1);
             assert_eq!(want.shape(), &[rows, comp.input_dim]);
             let (got, want) = match input.finish(DType::F32).unwrap() {
-                Ok(xw0) => {
+                Finished::FirstProduct(xw0) => {
                     assert!(split);
                     let w0 = store.value("parser/weights_0").unwrap();
                     (xw0, want.matmul(&w0))
                 }
-                Err(x) => {
+                Finished::Input(x) => {
                     assert!(!split);
                     (x, want)
                 }
