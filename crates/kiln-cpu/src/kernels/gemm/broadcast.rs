@@ -188,7 +188,24 @@ pub(super) fn store<T: Real, const W: usize>(
             }
         } else if let Some(add) = sc.add {
             let prior = add.row(i0 + r, j0, w);
-            if sc.alpha == T::ONE && sc.beta == T::ONE {
+            if w == W && W * std::mem::size_of::<T>() <= 64 {
+                // LLVM cannot tell that `c` and the addend do not overlap: a short row
+                // (one zmm, two ymm) is finished in registers and stored whole (it went
+                // through memory one element at a time, a tenth of a 64×64 `x @ w + b` at
+                // AVX2); longer ones vectorise behind LLVM's own overlap check.
+                let mut v: [T; W] = prior.try_into().expect("W elements");
+                if sc.alpha == T::ONE && sc.beta == T::ONE {
+                    for (o, &x) in v.iter_mut().zip(row) {
+                        *o = x + *o;
+                    }
+                } else {
+                    for (o, &x) in v.iter_mut().zip(row) {
+                        *o = sc.alpha * x + sc.beta * *o;
+                    }
+                }
+                let out: &mut [T; W] = out.try_into().expect("W elements");
+                *out = v;
+            } else if sc.alpha == T::ONE && sc.beta == T::ONE {
                 // `x @ w + b`: no multiplications by one (the same roundings).
                 for ((o, &x), &l) in out.iter_mut().zip(row).zip(prior) {
                     *o = x + l;
