@@ -9,7 +9,8 @@
 //! (the first pass also stores the prologue's side outputs, each position once); arg
 //! reductions one workgroup per output; top-k one thread per row; matmul 16×16 threads per
 //! 64×64 output tile (4×4 per thread in registers; 128×128 and 8×8 for large products) with
-//! TILE×16 / 16×TILE operand tiles in workgroup memory; a fused row group one workgroup per
+//! 16×TILE operand slices in workgroup memory (`a`'s transposed), held as vectors of four so
+//! that a thread reads four of its rows or columns per load; a fused row group one workgroup per
 //! row, its kernels in order with barriers between them.
 //!
 //! Depends on [`crate::codegen`], `kiln-compiler`'s plan types.
@@ -935,8 +936,19 @@ pub(crate) fn matmul(
     let r_ = matmul_micro_tile(m, n, batch);
     let tile = 16 * r_;
     let per = tile * 16 / 256; // elements of each staged slice a thread loads
-    let _ = writeln!(g.globals, "var<workgroup> kta: array<{t}, {}>;", tile * 16);
-    let _ = writeln!(g.globals, "var<workgroup> ktb: array<{t}, {}>;", tile * 16);
+                               // Both staged slices hold four values per element, so that a thread reads four rows of
+                               // `a` (or columns of `b`) with one load: `kta` is `a`'s slice transposed (step-major).
+    let quads = tile / 4;
+    let _ = writeln!(
+        g.globals,
+        "var<workgroup> kta: array<vec4<{t}>, {}>;",
+        quads * 16
+    );
+    let _ = writeln!(
+        g.globals,
+        "var<workgroup> ktb: array<vec4<{t}>, {}>;",
+        quads * 16
+    );
     let mut body = String::from(
         "@compute @workgroup_size(16, 16)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
@@ -1013,43 +1025,50 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
         body,
         "        for (var q = 0u; q < {per}u; q = q + 1u) {{
             let e = tid + q * 256u;
-            let ar = e / 16u;
-            let ac = e % 16u;
+            let ar = e % {tile}u;
+            let ac = e / {tile}u;
             let gr = row0 + ar;
             let gc = k0 + ac;
             var va = {t}(0);
             if (gr < {mm} && gc < {kk}) {a}
-            kta[ar * 16u + ac] = va;
+            kta[ac * {quads}u + ar / 4u][ar % 4u] = va;
             let br = e / {tile}u;
             let bcn = e % {tile}u;
             let hr = k0 + br;
             let hc = col0 + bcn;
             var vb = {t}(0);
             if (hr < {kk} && hc < {nn}) {b}
-            ktb[br * {tile}u + bcn] = vb;
+            ktb[br * {quads}u + bcn / 4u][bcn % 4u] = vb;
         }}
         workgroupBarrier();
         for (var kq = 0u; kq < 16u; kq = kq + 1u) {{"
     );
-    // Rows lid.y + 16p and columns lid.x + 16q: neighbouring threads read neighbouring
-    // elements of workgroup memory.
-    for p in 0..r_ {
+    // Micro-tile row `p` is row `64·(p / 4) + 4·lid.y + p % 4` of the tile, column `q`
+    // column `64·(q / 4) + 4·lid.x + q % 4`: a thread reads its rows and columns four at a
+    // time, and neighbouring threads read neighbouring groups of four.
+    const LANE: [&str; 4] = ["x", "y", "z", "w"];
+    for s in 0..r_ / 4 {
         let _ = writeln!(
             body,
-            "            let fa{p} = kta[(lid.y + {}u) * 16u + kq];",
-            16 * p
+            "            let fa{s} = kta[kq * {quads}u + lid.y + {}u];",
+            16 * s
         );
-    }
-    for q in 0..r_ {
         let _ = writeln!(
             body,
-            "            let fb{q} = ktb[kq * {tile}u + lid.x + {}u];",
-            16 * q
+            "            let fb{s} = ktb[kq * {quads}u + lid.x + {}u];",
+            16 * s
         );
     }
     for p in 0..r_ {
         for q in 0..r_ {
-            let _ = writeln!(body, "            c{p}_{q} = c{p}_{q} + fa{p} * fb{q};");
+            let _ = writeln!(
+                body,
+                "            c{p}_{q} = c{p}_{q} + fa{}.{} * fb{}.{};",
+                p / 4,
+                LANE[p % 4],
+                q / 4,
+                LANE[q % 4]
+            );
         }
     }
     body.push_str("        }\n        workgroupBarrier();\n    }\n");
@@ -1081,16 +1100,16 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
             let _ = writeln!(
                 body,
                 "    {{
-    let row = row0 + lid.y + {}u;
-    let col = col0 + lid.x + {}u;
+    let row = row0 + lid.y * 4u + {}u;
+    let col = col0 + lid.x * 4u + {}u;
     if (row < {mm} && col < {nn}) {{
     let accv = c{p}_{q};
     let oi = (wg.z * {mm} + row) * {nn} + col;
 {epi}    o0[oi] = {};
     }}
     }}",
-                16 * p,
-                16 * q,
+                64 * (p / 4) + p % 4,
+                64 * (q / 4) + q % 4,
                 to_storage(out_dtype, &value)
             );
         }
