@@ -17,8 +17,8 @@
 
 use crate::plan::row_aligned;
 use crate::plan::{
-    BufferDesc, BufferId, Donation, InputId, Kernel, KernelId, KernelKind, OutputRef, Plan, SlotId,
-    Source, ViewOp,
+    BufferDesc, BufferId, Donation, InputId, InstOp, Kernel, KernelId, KernelKind, OutputRef, Plan,
+    SlotId, Source, ViewOp,
 };
 use kiln_ir::{resolve_shape, DType, Dim, Id, IdVec, ParamId};
 use smallvec::SmallVec;
@@ -287,13 +287,24 @@ pub fn plan_memory(plan: &mut Plan, hint: &[usize], donate: bool) {
 }
 
 /// Whether a plan may take donations at all: not with fallible kernels (a value error reported
-/// after a parameter was written over could not leave it as it was).
+/// after a parameter was written over could not leave it as it was): gathers, scatter-adds,
+/// and kernels whose programs hold an integer `//`, `%` or power ([`kiln_ir::BinaryOp::can_fail`]).
 fn may_donate(plan: &Plan) -> bool {
-    !plan.kernels.values().any(|k| {
-        matches!(
-            k.kind,
-            KernelKind::Take { .. } | KernelKind::ScatterAdd { .. }
-        )
+    !plan.kernels.values().any(|k| match &k.kind {
+        KernelKind::Take { .. } | KernelKind::ScatterAdd { .. } => true,
+        KernelKind::Elementwise { program, .. }
+        | KernelKind::Reduce { program, .. }
+        | KernelKind::ArgReduce { program, .. }
+        | KernelKind::MatMul {
+            epilogue: Some(program),
+            ..
+        } => program.insts.values().any(|i| match i.op {
+            InstOp::Binary(op, ..) => op.can_fail(i.dtype),
+            _ => false,
+        }),
+        KernelKind::MatMul { epilogue: None, .. }
+        | KernelKind::TopK { .. }
+        | KernelKind::Concat { .. } => false,
     })
 }
 

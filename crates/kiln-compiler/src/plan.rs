@@ -510,8 +510,9 @@ pub struct Plan {
 /// matmul's epilogue, through the output's contiguous layout). A run that was handed the parameter's storage (a donation, see
 /// `RunOptions::donate`) uses it as that buffer and reads the parameter through the output.
 ///
-/// Only plans without fallible kernels (`Take`, `ScatterAdd`) have donations: a value error
-/// reported after the write could not leave the donor as it was.
+/// Only plans without fallible kernels (`Take`, `ScatterAdd`, programs with an integer `//`,
+/// `%` or power) have donations: a value error reported after the write could not leave the
+/// donor as it was.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Donation {
     /// The parameter.

@@ -155,6 +155,30 @@ with_all! {
 }
 
 impl BinaryOp {
+    /// Whether the op can raise a value error at evaluation on operands of `dtype`: integer
+    /// `//` and `%` by zero ([`crate::Error::DivisionByZero`]) and an integer to a negative
+    /// power ([`crate::Error::NegativeIntegerPower`]), as `scalar_ops::binary`
+    /// defines them.
+    ///
+    /// ```
+    /// use kiln_ir::{BinaryOp, DType};
+    /// assert!(BinaryOp::FloorDiv.can_fail(DType::I32));
+    /// assert!(!BinaryOp::FloorDiv.can_fail(DType::F32));
+    /// assert!(!BinaryOp::Add.can_fail(DType::I64));
+    /// ```
+    pub fn can_fail(self, dtype: DType) -> bool {
+        use BinaryOp::*;
+        let integer = match dtype {
+            DType::I32 | DType::I64 => true,
+            DType::Bool | DType::F32 | DType::F64 => false,
+        };
+        match self {
+            FloorDiv | Rem | Pow => integer,
+            Add | Sub | Mul | Div | Maximum | Minimum | Eq | Ne | Lt | Le | Gt | Ge
+            | LogicalAnd | LogicalOr => false,
+        }
+    }
+
     /// The op's name, as in numpy.
     ///
     /// ```

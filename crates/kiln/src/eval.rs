@@ -89,8 +89,8 @@ pub(crate) fn eval_with(device: Device, arrays: &[&Array]) -> Result<()> {
 /// afterwards: it is resident on the evaluating device; no other array shares its storage;
 /// its only handles are the ones passed in `donated`; every unevaluated array that reads it
 /// on the way to `arrays` is held by nothing but the graph (or is itself in `arrays`); the
-/// graph has no fallible gather or scatter; and a result is computed from it elementwise, as
-/// its last reader, with its dtype and size.
+/// graph has no fallible gather, scatter, integer `//`, `%` or power; and a result is computed
+/// from it elementwise, as its last reader, with its dtype and size.
 /// Otherwise it is left alone and the evaluation allocates, as [`eval`] does.
 /// On the CPU, nothing is donated.
 ///

@@ -2,7 +2,8 @@
 //! without an adapter unless `KILN_REQUIRE_GPU=1`): a training step writes its new
 //! parameters over the old ones, with the CPU's results; an array anything else can still
 //! read is never written over (another handle, a held array computed from it, a plan with a
-//! fallible gather); a donated array reads as an error; a long loop keeps memory flat.
+//! fallible gather, an update that fails on an integer division); a donated array reads as
+//! an error; a long loop keeps memory flat.
 //!
 //! Depends on kiln's public API only.
 #![cfg(feature = "wgpu")]
@@ -197,6 +198,50 @@ fn a_plan_with_a_fallible_gather_donates_nothing() {
         "embedding update",
     );
     assert_eq!(w.to_vec::<f32>().unwrap(), table, "the table as it was");
+}
+
+/// An integer division by zero inside the kernel that writes the update is an error raised
+/// after the kernel ran: the parameter must be neither written over nor lost.
+#[test]
+fn a_failed_update_leaves_the_donated_parameter_as_it_was() {
+    if !common::wgpu_or_skip("donation") {
+        return;
+    }
+    let _s = serial();
+    let start: Vec<f32> = (0..6).map(|i| i as f32 * 0.5).collect();
+    let w = Array::from_vec(start.clone(), &[6])
+        .unwrap()
+        .to_device(Device::Wgpu)
+        .unwrap();
+    let num = Array::from_vec(vec![7i32, 8, 9, 10, 11, 12], &[6]).unwrap();
+    let den = Array::from_vec(vec![1i32, 2, 0, 3, 4, 5], &[6]).unwrap();
+    let updates = [
+        ("floor_divide", num.floor_div(&den)),
+        ("remainder", num.rem(&den)),
+        ("power", num.pow(&(&den - 1))),
+    ];
+    for (name, update) in updates {
+        let next = &w + &update.cast(kiln::DType::F32);
+        let before = Device::Wgpu.memory().donated;
+        let err = kiln::eval_donating_on(Device::Wgpu, &[&next], &[&w]).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                kiln::Error::DivisionByZero { .. } | kiln::Error::NegativeIntegerPower { .. }
+            ),
+            "{name}: expected a value error, got {err}"
+        );
+        assert_eq!(
+            Device::Wgpu.memory().donated - before,
+            0,
+            "{name}: nothing donated"
+        );
+        assert_eq!(
+            w.to_vec::<f32>().unwrap(),
+            start,
+            "{name}: the parameter as it was"
+        );
+    }
 }
 
 #[test]
