@@ -285,8 +285,9 @@ fn in_place_steps_keep_device_memory_flat() {
 }
 
 /// A random update graph: per parameter, a chain of elementwise steps reading other
-/// parameters (some through a reduction), optionally a held intermediate, and extra
-/// outputs that read the old values.
+/// parameters (some through a reduction), optionally a held intermediate, extra outputs
+/// that read the old values, and optionally an integer division in the first parameter's
+/// update (`Some(true)`: by a zero, so that the evaluation fails).
 #[derive(Clone, Debug)]
 struct Case {
     len: usize,
@@ -294,6 +295,7 @@ struct Case {
     held: Vec<Option<usize>>,
     extras: Vec<(usize, usize)>,
     donate: Vec<bool>,
+    divide: Option<bool>,
 }
 
 fn arb_case() -> impl proptest::strategy::Strategy<Value = Case> {
@@ -304,13 +306,15 @@ fn arb_case() -> impl proptest::strategy::Strategy<Value = Case> {
             proptest::collection::vec(proptest::option::weighted(0.3, 0..n), n),
             proptest::collection::vec((0..n, 0..n), 0..3),
             proptest::collection::vec(proptest::bool::weighted(0.8), n),
+            proptest::option::weighted(0.25, proptest::bool::ANY),
         )
-            .prop_map(move |(steps, held, extras, donate)| Case {
+            .prop_map(move |(steps, held, extras, donate, divide)| Case {
                 len,
                 steps,
                 held,
                 extras,
                 donate,
+                divide,
             })
     })
 }
@@ -334,6 +338,22 @@ fn build(case: &Case, params: &[Array]) -> (Vec<Array>, Vec<Array>, Vec<Array>) 
                 2 => &t + &p.sum(None, true),
                 _ => &t * &p.exp().sin(),
             };
+        }
+        if let (0, Some(zero)) = (i, case.divide) {
+            let num: Vec<i32> = (0..case.len as i32).map(|j| j * 3 - 7).collect();
+            let den: Vec<i32> = (0..case.len)
+                .map(|j| {
+                    if zero && j == case.len / 2 {
+                        0
+                    } else {
+                        j as i32 % 3 + 1
+                    }
+                })
+                .collect();
+            let q = Array::from_vec(num, &[case.len])
+                .unwrap()
+                .floor_div(Array::from_vec(den, &[case.len]).unwrap());
+            t = &t + &q.cast(kiln::DType::F32);
         }
         news.push(&params[i] - &(&t * 0.1f32));
     }
@@ -385,6 +405,25 @@ proptest::proptest! {
         let cpu = place(Device::Cpu);
         let (news, extras, held) = build(&case, &cpu);
         let refs: Vec<&Array> = news.iter().chain(&extras).collect();
+        if case.divide == Some(true) {
+            // A division by zero fails the evaluation on both devices, and on the GPU
+            // leaves every parameter as it was, donated or not.
+            proptest::prop_assert!(kiln::eval_on(Device::Cpu, &refs).is_err());
+            let gpu = place(Device::Wgpu);
+            let (news, extras, _) = build(&case, &gpu);
+            let refs: Vec<&Array> = news.iter().chain(&extras).collect();
+            let donors: Vec<&Array> = gpu.iter().zip(&case.donate)
+                .filter_map(|(p, &d)| d.then_some(p))
+                .collect();
+            let before = Device::Wgpu.memory().donated;
+            let err = kiln::eval_donating_on(Device::Wgpu, &refs, &donors).unwrap_err();
+            proptest::prop_assert!(matches!(err, kiln::Error::DivisionByZero { .. }), "{}", err);
+            proptest::prop_assert_eq!(Device::Wgpu.memory().donated - before, 0);
+            for (i, p) in gpu.iter().enumerate() {
+                proptest::prop_assert_eq!(&p.to_vec::<f32>().unwrap(), &host[i], "parameter {} of {:?}", i, case);
+            }
+            return Ok(());
+        }
         kiln::eval_on(Device::Cpu, &refs).unwrap();
         let want: Vec<Vec<f32>> = news.iter().chain(&extras).chain(&held)
             .map(|a| a.to_vec::<f32>().unwrap())
