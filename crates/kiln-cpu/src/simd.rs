@@ -191,5 +191,32 @@ macro_rules! versions {
             }
         }
     };
+    // The same with a second const parameter, a lane count per level
+    // (`lanes(BASE, AVX2, AVX512)`): loops whose independent lanes fill the register file
+    // at one width spill at another (16 `ymm` registers against 32 `zmm`).
+    ($(#[$m:meta])* $vis:vis fn $name:ident = $generic:ident lanes($base:expr, $l2:expr, $l512:expr) ($($arg:ident : $ty:ty),* $(,)?) -> $ret:ty) => {
+        $(#[$m])*
+        $vis fn $name($($arg: $ty),*) -> $ret {
+            #[cfg(all(target_arch = "x86_64", not(miri)))]
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn avx2($($arg: $ty),*) -> $ret {
+                $generic::<true, { $l2 }>($($arg),*)
+            }
+            #[cfg(all(target_arch = "x86_64", not(miri)))]
+            #[target_feature(enable = "avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")]
+            unsafe fn avx512($($arg: $ty),*) -> $ret {
+                $generic::<true, { $l512 }>($($arg),*)
+            }
+            match $crate::simd::isa() {
+                #[cfg(all(target_arch = "x86_64", not(miri)))]
+                // SAFETY: as in the first form: `Avx512` only where detection found AVX-512.
+                $crate::simd::Isa::Avx512 => unsafe { avx512($($arg),*) },
+                #[cfg(all(target_arch = "x86_64", not(miri)))]
+                // SAFETY: as in the first form: `Avx2` or higher only with avx2 and fma.
+                $crate::simd::Isa::Avx2 => unsafe { avx2($($arg),*) },
+                _ => $generic::<{ $crate::simd::BASE_FMA }, { $base }>($($arg),*),
+            }
+        }
+    };
 }
 pub(crate) use versions;

@@ -1052,7 +1052,7 @@ versions! {
 /// the maximum, +∞ for the minimum). Which zero is returned when `-0.0` and `0.0` tie for the
 /// extremum is unspecified (the lanes see the elements in another order than a left fold).
 macro_rules! extremum_generic {
-    ($name:ident, $short:ident, $t:ty, $fma:ident, $lanes:expr) => {
+    ($name:ident, $short:ident, $t:ty, $fma:ident) => {
         /// The extremum of fewer elements than a lane set (a softmax over 10 classes): one
         /// plain pass, no lane set-up.
         #[inline(always)]
@@ -1074,25 +1074,25 @@ macro_rules! extremum_generic {
         }
 
         #[inline(always)]
-        fn $name<const F: bool>(xs: &[$t], max: bool) -> $t {
+        fn $name<const F: bool, const L: usize>(xs: &[$t], max: bool) -> $t {
             let init = if max {
                 <$t>::NEG_INFINITY
             } else {
                 <$t>::INFINITY
             };
-            if xs.len() < $lanes {
+            if xs.len() < L {
                 return $short(xs, max);
             }
-            let mut p = [init; $lanes];
+            let mut p = [init; L];
             // A lane's NaN flag: the sum of x·0, which is NaN from the first NaN (or ±∞,
             // which then costs a scan) on: one FMA per vector. A `u32` flag per lane
             // (x != x, or-ed) took three more instructions per vector.
-            let mut z: [$t; $lanes] = [0.0; $lanes];
-            let chunks = xs.chunks_exact($lanes);
+            let mut z: [$t; L] = [0.0; L];
+            let chunks = xs.chunks_exact(L);
             let rest = chunks.remainder();
             if max {
                 for c in chunks {
-                    for k in 0..$lanes {
+                    for k in 0..L {
                         let x = c[k];
                         p[k] = if x > p[k] { x } else { p[k] };
                         z[k] = $fma::<F>(x, 0.0, z[k]);
@@ -1100,7 +1100,7 @@ macro_rules! extremum_generic {
                 }
             } else {
                 for c in chunks {
-                    for k in 0..$lanes {
+                    for k in 0..L {
                         let x = c[k];
                         p[k] = if x < p[k] { x } else { p[k] };
                         z[k] = $fma::<F>(x, 0.0, z[k]);
@@ -1108,7 +1108,7 @@ macro_rules! extremum_generic {
                 }
             }
             // The lanes halved pairwise (a vector op per halving), then the rest.
-            let mut w = $lanes / 2;
+            let mut w = L / 2;
             while w > 0 {
                 for k in 0..w {
                     let (a, b) = (p[k], p[k + w]);
@@ -1133,8 +1133,8 @@ macro_rules! extremum_generic {
         }
     };
 }
-extremum_generic!(extremum_f32_generic, extremum_f32_short, f32, fma, 64);
-extremum_generic!(extremum_f64_generic, extremum_f64_short, f64, fma64, 32);
+extremum_generic!(extremum_f32_generic, extremum_f32_short, f32, fma);
+extremum_generic!(extremum_f64_generic, extremum_f64_short, f64, fma64);
 
 /// The maximum (`max = true`) or minimum of `xs`, vectorised; NaN-propagating (a NaN in
 /// `xs` gives its last NaN); `-inf`/`+inf` for an empty slice. Slices shorter than a lane
@@ -1169,13 +1169,18 @@ pub fn extremum_f64(xs: &[f64], max: bool) -> f64 {
 }
 
 versions! {
-    /// [`extremum_f32`] at the current [`crate::isa`] level, whatever the length.
-    fn extremum_f32_lanes = extremum_f32_generic(xs: &[f32], max: bool) -> f32
+    /// [`extremum_f32`] at the current [`crate::isa`] level, whatever the length. Lanes:
+    /// 32 at AVX2, where 64 (8 `ymm` maxima and 8 NaN flags) spilled to the stack and ran
+    /// three times slower; 64 at AVX-512 and the baseline, where fewer were slower
+    /// (`docs/performance-log.md`, 2026-11-28).
+    fn extremum_f32_lanes = extremum_f32_generic lanes(64, 32, 64)(xs: &[f32], max: bool) -> f32
 }
 
 versions! {
-    /// [`extremum_f64`] at the current [`crate::isa`] level, whatever the length.
-    fn extremum_f64_lanes = extremum_f64_generic(xs: &[f64], max: bool) -> f64
+    /// [`extremum_f64`] at the current [`crate::isa`] level, whatever the length. Lanes: 8
+    /// at the baseline and 16 at AVX2 (four registers of maxima and four of NaN flags; 32
+    /// spilled), 32 at AVX-512.
+    fn extremum_f64_lanes = extremum_f64_generic lanes(8, 16, 32)(xs: &[f64], max: bool) -> f64
 }
 
 /// `o[i] = x[i] <op> y[i]` for a comparison `op` (over the shortest of the three slices);

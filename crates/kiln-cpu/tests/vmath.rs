@@ -272,9 +272,9 @@ fn fold_extremum(xs: &[f64], max: bool) -> f64 {
 #[test]
 fn vectorised_extrema_equal_a_left_fold_at_every_isa_level() {
     let _level = lock_level();
-    // Lengths around the lane counts (tails), the extremum in every lane position, ±inf,
-    // subnormals and NaN payloads (the last NaN is returned, as the fold would), alone in
-    // the first lane set or also in the tail.
+    // Lengths around the lane counts (8 to 64 per level and type: tails), the extremum in
+    // every lane position, ±inf, subnormals and NaN payloads (the last NaN is returned, as
+    // the fold would), alone in the first lane set or also in the tail.
     let specials = [f64::INFINITY, f64::NEG_INFINITY, 1e-310, -3.5];
     for level in Isa::ALL {
         if level > detected_isa() {
@@ -282,7 +282,8 @@ fn vectorised_extrema_equal_a_left_fold_at_every_isa_level() {
         }
         assert_eq!(set_isa(level), level);
         for n in [
-            0usize, 1, 2, 3, 10, 15, 16, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 1000,
+            0usize, 1, 2, 3, 7, 8, 9, 10, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129,
+            1000,
         ] {
             for case in 0..7usize {
                 let mut xs: Vec<f64> = (0..n)
