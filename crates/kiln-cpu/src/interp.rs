@@ -9,7 +9,10 @@
 //! of a contiguous buffer view of the right dtype reads the buffer in place (no copy).
 //! Two float `+ - * /` instructions where the second is the first's only reader run as one
 //! pass ([`ops::binary2`]; same roundings), so `(a*b + c)*d - a` makes two passes, not four;
-//! likewise a `where` and the float comparison it alone reads ([`ops::compare_select`]).
+//! likewise a `where` and the float comparison it alone reads ([`ops::compare_select`]),
+//! and, in blocks where one operand of a float `+ - *` is uniform (below), an `exp`, `log`,
+//! `tanh` or `sigmoid` and the binary op it alone reads (`exp(x − max)` of a softmax row:
+//! [`ops::unary_of_uniform`]; the binary step is deferred to its reader).
 //!
 //! A load of a source whose outermost dimension is broadcast (a bias row over the rows of
 //! `x + b`) has a period: a block's values depend only on its start modulo the period, so the
@@ -77,6 +80,13 @@ struct Step {
     /// For a load of a periodic source (see [`period`]): its period. The load keeps its own
     /// register and skips blocks whose values it already holds.
     hoist: usize,
+    /// For a unary step: the binary instruction it computes on the fly in blocks where that
+    /// instruction was deferred ([`Interp::deferred`]; `exp(x − max)` in one pass).
+    shift: Option<usize>,
+    /// For a binary step read only by such a unary step: the reader's op. In a block where
+    /// this step takes its uniform form and [`ops::unary_of_uniform_ok`] holds, it is
+    /// skipped and its reader computes both.
+    defer: Option<kiln_ir::UnaryOp>,
 }
 
 /// A compiled program with its registers.
@@ -119,6 +129,11 @@ pub struct Interp<'p> {
     /// Per step: for a hoisted load, `(start % period, n)` of the block its register holds
     /// (`usize::MAX` first: none yet).
     held: Vec<(usize, usize)>,
+    /// Per instruction, for the current block: `Some(left)` when its step (see
+    /// [`Step::defer`]) was skipped and its reader computes it, with the uniform operand on
+    /// the left (`left`) or the right. Set by the binary step each block before its
+    /// reader runs.
+    deferred: Vec<Option<bool>>,
 }
 
 /// The period of a source whose outermost dimension is broadcast (a bias row repeated over
@@ -315,6 +330,58 @@ impl<'p> Interp<'p> {
                 last_use[v] = last_use[v].max(j);
             }
         }
+        let spans: Vec<usize> = srcs
+            .iter()
+            .map(|src| match (src.kind, src.walk.strides.last()) {
+                (crate::source::SrcKind::Data(_), Some(0)) => {
+                    src.walk.shape.last().copied().unwrap_or(1)
+                }
+                _ => 1,
+            })
+            .collect();
+        // A unary op of a float `+ - *` read only there (`exp(x - m)`), one of whose operands
+        // is a load that can be uniform over a block (a per-row broadcast value), may run as
+        // one pass ([`ops::unary_of_uniform`]): where the binary step takes its uniform form,
+        // it is skipped and the unary step computes both, the intermediate never stored (a
+        // softmax row's `x − max` pass). The binary keeps its register for the other blocks,
+        // and its operands live until the unary step.
+        let mut shift: Vec<Option<usize>> = vec![None; insts.len()];
+        let mut defer: Vec<Option<kiln_ir::UnaryOp>> = vec![None; insts.len()];
+        let may_be_uniform = |v: RegId| {
+            let s = match insts[v.index()].op {
+                InstOp::Load(s) => Some(s.index()),
+                InstOp::Acc => acc,
+                _ => None,
+            };
+            s.is_some_and(|s| spans[s] > 1)
+        };
+        for (j, inst) in insts.iter().enumerate() {
+            let InstOp::Unary(u, f) = inst.op else {
+                continue;
+            };
+            let i = f.index();
+            let InstOp::Binary(bop, a, b) = insts[i].op else {
+                continue;
+            };
+            let dt = inst.dtype;
+            if readers[i] != 1
+                || last_use[i] != j
+                || fused[i]
+                || pair[i].is_some()
+                || natural[i] != dt
+                || insts[i].dtype != dt
+                || natural[j] != dt
+                || !(may_be_uniform(a) || may_be_uniform(b))
+                || !ops::unary_of_uniform_ok(u, bop, dt)
+            {
+                continue;
+            }
+            shift[j] = Some(i);
+            defer[i] = Some(u);
+            for v in operands(&insts[i].op) {
+                last_use[v] = last_use[v].max(j);
+            }
+        }
         // Register assignment (registers hold a block, or the whole space if smaller).
         let block = numel.min(BLOCK);
         let mut regs: Vec<TypedVec> = Vec::new();
@@ -367,14 +434,18 @@ impl<'p> Interp<'p> {
                 tmp,
                 pair: pair[i],
                 hoist,
+                shift: shift[i],
+                defer: defer[i],
             });
             if let Some(t) = tmp {
                 free.push(t);
             }
-            // This step's reads: its operands, and the fused instruction's.
+            // This step's reads: its operands, and the fused or deferred instruction's.
             let fused_reads = pair[i]
+                .map(|(f, _)| f)
                 .into_iter()
-                .flat_map(|(f, _)| operands(&insts[f].op));
+                .chain(shift[i])
+                .flat_map(|f| operands(&insts[f].op));
             let mut seen: SmallVec<[usize; 6]> = SmallVec::new();
             for v in operands(&inst.op).chain(fused_reads) {
                 if seen.contains(&v) {
@@ -388,15 +459,6 @@ impl<'p> Interp<'p> {
                 }
             }
         }
-        let spans: Vec<usize> = srcs
-            .iter()
-            .map(|src| match (src.kind, src.walk.strides.last()) {
-                (crate::source::SrcKind::Data(_), Some(0)) => {
-                    src.walk.shape.last().copied().unwrap_or(1)
-                }
-                _ => 1,
-            })
-            .collect();
         let can_be_uniform = |v: usize| {
             let s = match insts[v].op {
                 InstOp::Load(s) => Some(s.index()),
@@ -435,6 +497,7 @@ impl<'p> Interp<'p> {
             lazy: None,
             spans,
             uniform: vec![false; insts.len()],
+            deferred: vec![None; insts.len()],
             held: vec![(usize::MAX, 0); maybe_uniform.len()],
             maybe_uniform,
         })
@@ -481,6 +544,14 @@ impl<'p> Interp<'p> {
                         continue;
                     }
                     self.load_alias(self.steps[ls], srcs, outs, start, n);
+                }
+            }
+            if let (Some(u), InstOp::Binary(bop, a, _)) = (step.defer, op) {
+                let d =
+                    self.uses_uniform(step) && ops::unary_of_uniform_ok(u, *bop, insts[inst].dtype);
+                self.deferred[inst] = d.then(|| self.uniform[a.index()]);
+                if d {
+                    continue;
                 }
             }
             if !self.maybe_uniform[si].is_empty() && !self.uses_uniform(step) {
@@ -638,6 +709,20 @@ impl<'p> Interp<'p> {
                     self.value(*a, srcs, start, n),
                     self.value(*b, srcs, start, n),
                 ),
+                dst,
+            );
+        }
+        if let Some((f, Some(left))) = step.shift.map(|f| (f, self.deferred[f])) {
+            let (InstOp::Unary(u, _), InstOp::Binary(bop, a, b)) = (op, &insts[f].op) else {
+                unreachable!("a deferred binary is read by a unary step")
+            };
+            let (x, s) = if left { (b, a) } else { (a, b) };
+            return ops::unary_of_uniform(
+                *u,
+                *bop,
+                left,
+                self.value(*x, srcs, start, n),
+                self.value(*s, srcs, start, 1),
                 dst,
             );
         }

@@ -507,6 +507,47 @@ pub fn uniform_ok(op: BinaryOp, dtype: DType) -> bool {
         )
 }
 
+/// Whether [`unary_of_uniform`] computes `u(op(x, s))` for `dtype` at the current ISA level
+/// (the lane kernels run; `f32`; `u` in `exp log tanh sigmoid`, `op` in `+ - *`).
+pub fn unary_of_uniform_ok(u: UnaryOp, op: BinaryOp, dtype: DType) -> bool {
+    dtype == DType::F32
+        && lanes()
+        && matches!(
+            u,
+            UnaryOp::Exp | UnaryOp::Log | UnaryOp::Tanh | UnaryOp::Sigmoid
+        )
+        && matches!(op, BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul)
+}
+
+/// `out[i] = u(op(x[i], s[0]))`, or `u(op(s[0], x[i]))` when `left`, in one pass for what
+/// [`unary_of_uniform_ok`] accepts: equal bit for bit to [`binary_uniform`] then [`unary`].
+pub fn unary_of_uniform(
+    u: UnaryOp,
+    op: BinaryOp,
+    left: bool,
+    x: TSlice<'_>,
+    s: TSlice<'_>,
+    out: TSliceMut<'_>,
+) -> Result<()> {
+    let n = x.len();
+    let done = match (x, s) {
+        (TSlice::F32(x), TSlice::F32(&[s, ..])) if lanes() => {
+            crate::vmath::unary_of_uniform_f32(u, op, left, x, s, out_mut(out, n))
+        }
+        _ => false,
+    };
+    if done {
+        Ok(())
+    } else {
+        Err(crate::walk::internal(format!(
+            "{} of {} with a uniform operand of {} elements: not supported for these operands",
+            u.name(),
+            op.name(),
+            s.len()
+        )))
+    }
+}
+
 /// [`binary_uniform`] over `out` in place (`out[i] = op(out[i], s[0])`, or `op(s[0], out[i])`
 /// when `left`): the same roundings.
 pub fn binary_uniform_in_place(

@@ -603,6 +603,73 @@ versions! {
     pub fn binary_uniform_f64 = binary_uniform_f64_generic(op: BinaryOp, left: bool, x: &[f64], s: f64, o: &mut [f64]) -> bool
 }
 
+/// `o[i] = u(op(x[i], s))` (`left`: `u(op(s, x[i]))`) for `u` in `exp log tanh sigmoid` and
+/// `op` in `+ - *`: a unary op of a binary op with a uniform operand, in one pass
+/// (`exp(x − max)` of a softmax row). `op` rounds as [`binary_uniform_f32`] and `u` as
+/// [`unary_f32`], so the result equals the two passes bit for bit; the intermediate is never
+/// stored (division is left to the two passes: [`binary_uniform_f32`] divides by a corrected
+/// reciprocal there).
+#[inline(always)]
+fn unary_of_uniform_f32_generic<const F: bool>(
+    u: UnaryOp,
+    op: BinaryOp,
+    left: bool,
+    x: &[f32],
+    s: f32,
+    o: &mut [f32],
+) -> bool {
+    use BinaryOp::*;
+    macro_rules! each {
+        ($pre:expr) => {{
+            let pre = $pre;
+            match u {
+                UnaryOp::Exp => patched(
+                    x,
+                    o,
+                    |a| exp_normal::<F>(pre(a)),
+                    |a| exp_normal_ok(pre(a)),
+                    |a| exp_f32::<F>(pre(a)),
+                ),
+                UnaryOp::Sigmoid => patched(
+                    x,
+                    o,
+                    |a| sigmoid_normal::<F>(pre(a)),
+                    |a| exp_normal_ok(-pre(a).abs()),
+                    |a| sigmoid_f32::<F>(pre(a)),
+                ),
+                UnaryOp::Log => map(x, o, |a| ln_f32::<F>(pre(a))),
+                UnaryOp::Tanh => map(x, o, |a| tanh_f32::<F>(pre(a))),
+                _ => return false,
+            }
+        }};
+    }
+    match (op, left) {
+        (Add, false) => each!(|a: f32| a + s),
+        (Add, true) => each!(|a: f32| s + a),
+        (Sub, false) => each!(|a: f32| a - s),
+        (Sub, true) => each!(|a: f32| s - a),
+        (Mul, false) => each!(|a: f32| a * s),
+        (Mul, true) => each!(|a: f32| s * a),
+        _ => return false,
+    }
+    true
+}
+
+versions! {
+    /// `o[i] = u(op(x[i], s))`, or `u(op(s, x[i]))` when `left`, in one pass, for `u` in
+    /// `Exp Log Tanh Sigmoid` and `op` in `Add Sub Mul` (false, writing nothing, otherwise):
+    /// bit-identical to [`binary_uniform_f32`] followed by [`unary_f32`].
+    ///
+    /// ```
+    /// use kiln_ir::{BinaryOp, UnaryOp};
+    /// let mut o = [0.0f32; 2];
+    /// assert!(kiln_cpu::vmath::unary_of_uniform_f32(UnaryOp::Exp, BinaryOp::Sub, false, &[3.0, 2.0], 3.0, &mut o));
+    /// assert_eq!(o[0], 1.0);
+    /// assert!((o[1] - (-1.0f32).exp()).abs() < 1e-7);
+    /// ```
+    pub fn unary_of_uniform_f32 = unary_of_uniform_f32_generic(u: UnaryOp, op: BinaryOp, left: bool, x: &[f32], s: f32, o: &mut [f32]) -> bool
+}
+
 /// [`binary_uniform_generic`] over `o` in place (`o[i] = op(o[i], s)`, or `op(s, o[i])`):
 /// the same roundings, the division by the same [`markstein_chunk`] over each chunk (read
 /// into registers before it is written).

@@ -146,6 +146,23 @@ impl Walk {
         }
         let mut q = start / inner;
         let mut j = start % inner;
+        if r == 2 {
+            // Rows of a matrix (most walks): the row index is the only counter, and it never
+            // wraps (`start + n <= numel`). No index vector to set up per call (row
+            // reductions call this for every block).
+            let mut base = offset + q as isize * self.strides[0];
+            let mut pos = 0;
+            loop {
+                let len = (inner - j).min(n - pos);
+                f(pos, base + j as isize * is, is, len);
+                pos += len;
+                if pos >= n {
+                    return;
+                }
+                j = 0;
+                base += self.strides[0];
+            }
+        }
         let mut idx: SmallVec<[usize; 4]> = smallvec![0; r - 1];
         let mut base = offset;
         for k in (0..r - 1).rev() {
@@ -245,6 +262,13 @@ mod tests {
             (&[1, 1], &[9, 9], 2),
             (&[2, 2, 2, 2, 3], &[24, 12, 6, 3, 1], 0),
             (&[3, 2], &[0, 0], 1),
+            // Rank two after coalescing (the walks' own fast path): padded rows, a
+            // transpose, a broadcast row, a per-row broadcast value, reversed rows.
+            (&[4, 5], &[7, 1], 2),
+            (&[5, 3], &[1, 5], 0),
+            (&[3, 4], &[0, 1], 1),
+            (&[4, 3], &[1, 0], 0),
+            (&[3, 4], &[-4, 1], 8),
         ];
         for &(shape, strides, offset) in cases {
             let w = Walk::new(shape, strides, offset);

@@ -331,6 +331,82 @@ fn per_row_broadcast_values_as_uniform_operands() {
     }
 }
 
+/// A unary op of a `+ - *` with a per-row broadcast operand (`exp(x - m)` of a softmax) runs
+/// as one pass in blocks where the operand is uniform, and as two passes in the others
+/// (rows that blocks straddle): either way it equals, bit for bit, the same program with the
+/// intermediate kept as a second result (which is never fused), and the reference
+/// evaluator within the math functions' error. `m` holds ±inf and NaN rows too.
+#[test]
+fn unary_of_a_uniform_operand_op_equals_its_two_passes() {
+    use UnaryOp::*;
+    for (rows, cols) in [
+        (3usize, 2500usize),
+        (5, 1000),
+        (700, 3),
+        (4, 1024),
+        (6, 300),
+    ] {
+        let dims = [rows, cols];
+        let xd = f32s(rows * cols, 16);
+        let mut mv: Vec<f32> = (0..rows).map(|r| (r as f32 - 2.0) * 1.25).collect();
+        if rows >= 4 {
+            mv[1] = f32::INFINITY;
+            mv[2] = f32::NEG_INFINITY;
+            mv[3] = f32::NAN;
+        }
+        let md = HostData::from(mv);
+        for u in [Exp, Log, Tanh, Sigmoid] {
+            for op in [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul] {
+                for left in [false, true] {
+                    let run = |keep: bool| {
+                        let mut pb = Pb::new();
+                        let x = pb.param(xd.clone(), &dims, &[]);
+                        let m = pb.param(md.clone(), &[rows, 1], &[VOp::Broadcast(dims.to_vec())]);
+                        let mut p = P::new();
+                        let lx = p.load(0, DType::F32);
+                        let lm = p.load(1, DType::F32);
+                        let t = if left {
+                            p.bin(op, lm, lx)
+                        } else {
+                            p.bin(op, lx, lm)
+                        };
+                        let y = p.un(u, t);
+                        let results = if keep { vec![y, t] } else { vec![y] };
+                        let outs: Vec<(DType, &[usize])> =
+                            results.iter().map(|_| (DType::F32, &dims[..])).collect();
+                        let slots = pb.kernel(ew(p.done(&results)), &dims, vec![x, m], &outs);
+                        pb.output(slots[0]);
+                        pb.run().expect("runs").remove(0)
+                    };
+                    let (one, two) = (run(false), run(true));
+                    for i in 0..one.len() {
+                        let (Scalar::Float(a), Scalar::Float(b)) = (one.get(i), two.get(i)) else {
+                            panic!("f32 results");
+                        };
+                        assert!(
+                            a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+                            "{u:?} of {op:?} (left {left}), {rows}x{cols}, element {i}: one pass {a}, two passes {b}"
+                        );
+                    }
+                    let xn = node(xd.clone(), &dims);
+                    let mn = build::broadcast_to(&node(md.clone(), &[rows, 1]), &Shape::from(dims))
+                        .unwrap();
+                    let t = if left {
+                        build::binary(op, &mn, &xn)
+                    } else {
+                        build::binary(op, &xn, &mn)
+                    }
+                    .unwrap();
+                    let want = reference(&[&build::unary(u, &t).unwrap()]).expect("reference");
+                    // exp/tanh/sigmoid/log of f32 within a few ulp (vmath's bounds); log
+                    // near 1 cancels: an absolute tolerance too.
+                    assert_close_abs(&[one], &want, 1e-6, 1e-7);
+                }
+            }
+        }
+    }
+}
+
 fn to_f64(d: &HostData) -> HostData {
     HostData::from(
         (0..d.len())

@@ -1048,3 +1048,94 @@ fn in_place_uniform_division_is_ieee_for_every_exponent() {
         }
     }
 }
+
+/// `unary_of_uniform_f32` (`exp(x − s)` and the like in one pass) equals the two passes it
+/// replaces, `binary_uniform_f32` then `unary_f32`, bit for bit: special values, every
+/// 2¹⁸⁺¹th bit pattern and values near exp's and sigmoid's range edges, both operand sides,
+/// lengths around the vector widths, nothing written past the output; false for the ops it
+/// does not fuse.
+#[test]
+fn unary_of_uniform_equals_its_two_passes_at_every_isa_level() {
+    let _level = lock_level();
+    use kiln_ir::BinaryOp::*;
+    use UnaryOp::*;
+    let mut xs: Vec<f32> = (0..=u32::MAX / 262_147)
+        .map(|i| f32::from_bits(i.wrapping_mul(262_147)))
+        .collect();
+    xs.extend([
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        f32::MAX,
+        1e-45,
+        88.0,
+        88.5,
+        -86.0,
+        -86.5,
+        -104.5,
+        3.0,
+        -1.5,
+    ]);
+    let ss = [0.0f32, 3.0, -1.5, 1e30, f32::NAN, f32::INFINITY, 2.5e-39];
+    let same = |a: f32, b: f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+    for level in Isa::ALL {
+        if level > detected_isa() {
+            continue;
+        }
+        assert_eq!(set_isa(level), level);
+        for u in [Exp, Log, Tanh, Sigmoid] {
+            for op in [Add, Sub, Mul] {
+                for left in [false, true] {
+                    for &s in &ss {
+                        for n in [0usize, 1, 7, 8, 9, 33, xs.len()] {
+                            let x = &xs[xs.len() - n..];
+                            let mut t = vec![0.0f32; n];
+                            assert!(vmath::binary_uniform_f32(op, left, x, s, &mut t));
+                            let mut want = vec![0.0f32; n];
+                            assert!(vmath::unary_f32(u, &t, &mut want));
+                            let mut got = vec![7.0f32; n + 1];
+                            assert!(vmath::unary_of_uniform_f32(
+                                u,
+                                op,
+                                left,
+                                x,
+                                s,
+                                &mut got[..n]
+                            ));
+                            for i in 0..n {
+                                assert!(
+                                    same(got[i], want[i]),
+                                    "{u:?} of {op:?} (left {left}) at {level:?}: x {} s {s}: {} vs {}",
+                                    x[i],
+                                    got[i],
+                                    want[i]
+                                );
+                            }
+                            assert_eq!(got[n], 7.0);
+                        }
+                    }
+                }
+            }
+        }
+        let mut o = [0.0f32];
+        assert!(!vmath::unary_of_uniform_f32(
+            Exp,
+            Div,
+            false,
+            &[1.0],
+            2.0,
+            &mut o
+        ));
+        assert!(!vmath::unary_of_uniform_f32(
+            Sqrt,
+            Sub,
+            false,
+            &[1.0],
+            2.0,
+            &mut o
+        ));
+        assert_eq!(o[0], 0.0);
+    }
+}
