@@ -134,6 +134,9 @@ pub struct Interp<'p> {
     /// the left (`left`) or the right. Set by the binary step each block before its
     /// reader runs.
     deferred: Vec<Option<bool>>,
+    /// Per step: a unary op that runs on one element and stays uniform in blocks where its
+    /// operand is uniform (and it does not store into an output).
+    unary_uniform: Vec<bool>,
 }
 
 /// The period of a source whose outermost dimension is broadcast (a bias row repeated over
@@ -459,14 +462,31 @@ impl<'p> Interp<'p> {
                 }
             }
         }
-        let can_be_uniform = |v: usize| {
-            let s = match insts[v].op {
-                InstOp::Load(s) => Some(s.index()),
-                InstOp::Acc => acc,
-                _ => None,
-            };
-            matches!(locs[v], Loc::Reg(_)) && s.is_some_and(|s| spans[s] > 1)
-        };
+        // Values that can be uniform over a block: register loads of a source with a span
+        // above 1, and unary ops of such values (computed on one element then: `1 / s` or
+        // `exp(-m)` of a per-row value), unless fused, deferred-to or converted.
+        let mut can_uniform = vec![false; insts.len()];
+        for st in &steps {
+            let i = st.inst;
+            can_uniform[i] = matches!(locs[i], Loc::Reg(_))
+                && match insts[i].op {
+                    InstOp::Load(s) => spans[s.index()] > 1,
+                    InstOp::Acc => acc.is_some_and(|s| spans[s] > 1),
+                    InstOp::Unary(_, x) => {
+                        can_uniform[x.index()]
+                            && st.tmp.is_none()
+                            && st.pair.is_none()
+                            && st.shift.is_none()
+                            && st.hoist == 0
+                    }
+                    _ => false,
+                };
+        }
+        let can_be_uniform = |v: usize| can_uniform[v];
+        let steps_unary_uniform: Vec<bool> = steps
+            .iter()
+            .map(|st| can_uniform[st.inst] && matches!(insts[st.inst].op, InstOp::Unary(..)))
+            .collect();
         let maybe_uniform: Vec<SmallVec<[usize; 2]>> = steps
             .iter()
             .map(|st| {
@@ -498,6 +518,7 @@ impl<'p> Interp<'p> {
             spans,
             uniform: vec![false; insts.len()],
             deferred: vec![None; insts.len()],
+            unary_uniform: steps_unary_uniform,
             held: vec![(usize::MAX, 0); maybe_uniform.len()],
             maybe_uniform,
         })
@@ -551,6 +572,16 @@ impl<'p> Interp<'p> {
                     self.uses_uniform(step) && ops::unary_of_uniform_ok(u, *bop, insts[inst].dtype);
                 self.deferred[inst] = d.then(|| self.uniform[a.index()]);
                 if d {
+                    continue;
+                }
+            }
+            if let (true, InstOp::Unary(_, x)) = (self.unary_uniform[si], op) {
+                if self.uniform[x.index()] && !self.stores.iter().any(|&(st, _)| st == si) {
+                    let mut dst = std::mem::take(&mut self.regs[out]);
+                    let res = self.compute(step, srcs, start, 1, dst.as_mut_slice().range(0, 1));
+                    self.regs[out] = dst;
+                    res?;
+                    self.uniform[inst] = true;
                     continue;
                 }
             }

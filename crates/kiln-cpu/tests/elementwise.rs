@@ -325,9 +325,69 @@ fn per_row_broadcast_values_as_uniform_operands() {
             let xm = build::binary(BinaryOp::Mul, &xn, &mn).unwrap();
             want.push(build::binary(BinaryOp::Add, &xm, &mn).unwrap());
             want.push(mn.clone());
+
             let roots: Vec<&kiln_ir::NodeRef> = want.iter().collect();
             check(pb, &roots, 0.0);
         }
+    }
+}
+
+/// Unary ops of a per-row broadcast value stay uniform over a block (computed on one
+/// element): `x * (1 / m)`, a chain `x + exp(-m)`, a bool `isnan(m)` selecting, `sqrt(|m|)`
+/// read by a comparison and a `where` (which repeat it over the block), and one stored as a
+/// result; rows longer than a block, straddled by blocks, and shorter than the vectors.
+#[test]
+fn unary_ops_of_per_row_values_stay_uniform() {
+    for (rows, cols) in [(3usize, 2500usize), (5, 1000), (700, 3), (2, 1024)] {
+        let dims = [rows, cols];
+        let xd = f32s(rows * cols, 17);
+        let md = HostData::from(
+            (0..rows)
+                .map(|r| [2.5f32, -0.75, f32::NAN, 0.0, f32::INFINITY][r % 5])
+                .collect::<Vec<f32>>(),
+        );
+        let mut pb = Pb::new();
+        let x = pb.param(xd.clone(), &dims, &[]);
+        let m = pb.param(md.clone(), &[rows, 1], &[VOp::Broadcast(dims.to_vec())]);
+        let mut p = P::new();
+        let lx = p.load(0, DType::F32);
+        let lm = p.load(1, DType::F32);
+        let rm = p.un(UnaryOp::Recip, lm);
+        let r0 = p.bin(BinaryOp::Mul, lx, rm);
+        let nm = p.un(UnaryOp::Neg, lm);
+        let em = p.un(UnaryOp::Exp, nm);
+        let r1 = p.bin(BinaryOp::Add, lx, em);
+        let nan = p.un(UnaryOp::IsNan, lm);
+        let r2 = p.wh(nan, lx, lm);
+        let am = p.un(UnaryOp::Abs, lm);
+        let sm = p.un(UnaryOp::Sqrt, am);
+        let gs = p.bin(BinaryOp::Gt, lx, sm);
+        let r3 = p.wh(gs, sm, lx);
+        let r4 = p.un(UnaryOp::Square, lm);
+        let results = [r0, r1, r2, r3, r4];
+        let outs: Vec<(DType, &[usize])> =
+            results.iter().map(|_| (DType::F32, &dims[..])).collect();
+        let slots = pb.kernel(ew(p.done(&results)), &dims, vec![x, m], &outs);
+        for s in slots {
+            pb.output(s);
+        }
+        let xn = node(xd, &dims);
+        let mn = build::broadcast_to(&node(md, &[rows, 1]), &Shape::from(dims)).unwrap();
+        let un = |op, v: &kiln_ir::NodeRef| build::unary(op, v).unwrap();
+        let bin = |op, a: &kiln_ir::NodeRef, b: &kiln_ir::NodeRef| build::binary(op, a, b).unwrap();
+        let em = un(UnaryOp::Exp, &un(UnaryOp::Neg, &mn));
+        let sm = un(UnaryOp::Sqrt, &un(UnaryOp::Abs, &mn));
+        let want = [
+            bin(BinaryOp::Mul, &xn, &un(UnaryOp::Recip, &mn)),
+            bin(BinaryOp::Add, &xn, &em),
+            build::where_(&un(UnaryOp::IsNan, &mn), &xn, &mn).unwrap(),
+            build::where_(&bin(BinaryOp::Gt, &xn, &sm), &sm, &xn).unwrap(),
+            un(UnaryOp::Square, &mn),
+        ];
+        let roots: Vec<&kiln_ir::NodeRef> = want.iter().collect();
+        // exp within a few ulp (vmath), `x + exp(-m)` cancelling near 0: a few ulp of 1
+        // absolute; the other results exact.
+        check_abs(pb, &roots, 1e-6, 1e-6);
     }
 }
 
