@@ -21,6 +21,10 @@
 //! Under Miri only `scalar` and `sse2` exist (detection reports no AVX), so Miri runs the safe
 //! fallback paths.
 //!
+//! The level caps kiln's own kernels only: `matrixmultiply`, which takes the products kiln's
+//! GEMM does not (`crate::kernels::matmul`), picks its kernel from the CPU alone and has no
+//! switch, so on an AVX-512 CPU held to `avx2` those products still run its AVX-512 kernel.
+//!
 //! Soundness: the `unsafe` calls in [`versions!`] run a `#[target_feature]` copy only when the
 //! current level says the CPU has those features; the level is the detected one or lower
 //! ([`set_isa`] clamps), so no instruction the CPU lacks is ever executed.

@@ -264,15 +264,19 @@ impl Gemm {
     }
 
     /// Whether a product that is not [`Self::small`] takes kiln's blocked form
-    /// (packed 12×32 register blocks) rather than `matrixmultiply`: at the AVX-512 level, with
-    /// at least [`BLOCKED_MIN_COLUMNS`] columns and [`BLOCKED_MIN_STEPS`] steps, and, for a
-    /// scaled product (`coefs` other than `(1, 0)`: an epilogue run inside the GEMM), few
-    /// enough steps for one block ([`scaled_in_one_block`]). Above those bounds
-    /// the blocked form was faster than `matrixmultiply` on every shape measured, below them
-    /// slower (a 32-column register block fills a few columns badly); the figures are in
-    /// docs/performance.md, "Figures behind the CPU kernels' choices".
+    /// (packed 12×32 register blocks at AVX-512, 6×16 at AVX2) rather than `matrixmultiply`:
+    /// at the AVX2 level or above, with at least [`BLOCKED_MIN_COLUMNS`] columns and
+    /// [`BLOCKED_MIN_STEPS`] steps, and, for a scaled product (`coefs` other than `(1, 0)`:
+    /// an epilogue run inside the GEMM), few enough steps for one block
+    /// ([`scaled_in_one_block`]). Above those bounds the blocked form was faster than
+    /// `matrixmultiply` on every shape measured at AVX-512, below them slower (a 32-column
+    /// register block fills a few columns badly); the figures are in docs/performance.md,
+    /// "Figures behind the CPU kernels' choices". At AVX2 it was faster than
+    /// `matrixmultiply`'s AVX2 kernel on W5 and W7 (2048³ 8.7%, the MLP step 5%; a build of
+    /// `matrixmultiply` without its AVX-512 kernel on a Zen 4 held to AVX2,
+    /// docs/performance-log.md, 2026-11-28); the bounds are AVX-512's.
     pub(in crate::kernels) fn blocked(&self, elem: usize, coefs: (f64, f64)) -> bool {
-        crate::simd::isa() >= crate::simd::Isa::Avx512
+        crate::simd::isa() >= crate::simd::Isa::Avx2
             && self.n >= BLOCKED_MIN_COLUMNS
             && self.k >= BLOCKED_MIN_STEPS
             && (coefs == (1.0, 0.0) || scaled_in_one_block(self.k, elem))

@@ -14,7 +14,7 @@
 //! set-up (no packing of the right operand when its rows are contiguous, no allocation
 //! proportional to it, no threading), and the blocked form for large ones
 //! ([`blocked::gemm_blocked`]: both operands packed block by block for the caches, 12×32 register
-//! blocks at AVX-512; [`super::matmul`] says which products take it).
+//! blocks at AVX-512, 6×16 at AVX2; [`super::matmul`] says which products take it).
 //!
 //! `c = α·(a @ b) + β·c` (`c` contiguous `m×n`; [`Scale`]) is computed in blocks of `MR` rows
 //! by `NR` columns held in registers: each step `p` of the dot products multiplies element `p`
