@@ -22,8 +22,9 @@ pub(super) fn a_panel_bytes() -> usize {
 /// of `elem`-byte elements takes the blocked form in one block of steps at AVX-512 (12-row
 /// panels), so without its scratch of partial sums: with that scratch the blocked form was
 /// no faster than `matrixmultiply` (`relu(x @ w + b)` at 1024², `x @ w + b` at
-/// 256×784×512: within the noise, 3–9 % slower in most runs). The same bound holds at AVX2,
-/// whose 6-row panels would fit twice the steps in one block: not measured there, so kept.
+/// 256×784×512: within the noise, 3–9 % slower in most runs). At AVX2 the blocked form takes
+/// scaled products of any length (`Gemm::blocked`): there it beat `matrixmultiply` with its
+/// scratch too.
 pub(super) fn scaled_in_one_block(k: usize, elem: usize) -> bool {
     k <= a_panel_bytes() / (12 * elem)
 }

@@ -267,19 +267,23 @@ impl Gemm {
     /// (packed 12×32 register blocks at AVX-512, 6×16 at AVX2) rather than `matrixmultiply`:
     /// at the AVX2 level or above, with at least [`BLOCKED_MIN_COLUMNS`] columns and
     /// [`BLOCKED_MIN_STEPS`] steps, and, for a scaled product (`coefs` other than `(1, 0)`:
-    /// an epilogue run inside the GEMM), few enough steps for one block
+    /// an epilogue run inside the GEMM), at AVX-512 few enough steps for one block
     /// ([`scaled_in_one_block`]). Above those bounds the blocked form was faster than
     /// `matrixmultiply` on every shape measured at AVX-512, below them slower (a 32-column
     /// register block fills a few columns badly); the figures are in docs/performance.md,
     /// "Figures behind the CPU kernels' choices". At AVX2 it was faster than
-    /// `matrixmultiply`'s AVX2 kernel on W5 and W7 (2048³ 8.7%, the MLP step 5%; a build of
-    /// `matrixmultiply` without its AVX-512 kernel on a Zen 4 held to AVX2,
-    /// docs/performance-log.md, 2026-11-28); the bounds are AVX-512's.
+    /// `matrixmultiply`'s AVX2 kernel on W5 and W7 (2048³ 8.7%, the MLP step 5%), scaled
+    /// products of many steps included (`relu(x @ w + b)` at 256×784×512 10–17%, at 1024³
+    /// 4–6%), measured with `matrixmultiply` built without its AVX-512 kernel on a Zen 4
+    /// held to AVX2 (docs/performance-log.md, 2026-11-28); the size bounds are AVX-512's.
     pub(in crate::kernels) fn blocked(&self, elem: usize, coefs: (f64, f64)) -> bool {
-        crate::simd::isa() >= crate::simd::Isa::Avx2
+        let level = crate::simd::isa();
+        level >= crate::simd::Isa::Avx2
             && self.n >= BLOCKED_MIN_COLUMNS
             && self.k >= BLOCKED_MIN_STEPS
-            && (coefs == (1.0, 0.0) || scaled_in_one_block(self.k, elem))
+            && (coefs == (1.0, 0.0)
+                || level < crate::simd::Isa::Avx512
+                || scaled_in_one_block(self.k, elem))
     }
 
     /// Whether the product is worth splitting over the team: from [`PAR_GEMM_MACS`]
