@@ -350,14 +350,14 @@ impl<'p> Interp<'p> {
         // and its operands live until the unary step.
         let mut shift: Vec<Option<usize>> = vec![None; insts.len()];
         let mut defer: Vec<Option<kiln_ir::UnaryOp>> = vec![None; insts.len()];
-        let may_be_uniform = |v: RegId| {
-            let s = match insts[v.index()].op {
-                InstOp::Load(s) => Some(s.index()),
-                InstOp::Acc => acc,
-                _ => None,
-            };
-            s.is_some_and(|s| spans[s] > 1)
+        // A load (or the accumulator) of a source repeating each value over a run of
+        // positions: what a block may read as one value.
+        let spanned = |op: &InstOp| match *op {
+            InstOp::Load(s) => spans[s.index()] > 1,
+            InstOp::Acc => acc.is_some_and(|s| spans[s] > 1),
+            _ => false,
         };
+        let may_be_uniform = |v: RegId| spanned(&insts[v.index()].op);
         for (j, inst) in insts.iter().enumerate() {
             let InstOp::Unary(u, f) = inst.op else {
                 continue;
@@ -470,8 +470,7 @@ impl<'p> Interp<'p> {
             let i = st.inst;
             can_uniform[i] = matches!(locs[i], Loc::Reg(_))
                 && match insts[i].op {
-                    InstOp::Load(s) => spans[s.index()] > 1,
-                    InstOp::Acc => acc.is_some_and(|s| spans[s] > 1),
+                    InstOp::Load(_) | InstOp::Acc => spanned(&insts[i].op),
                     InstOp::Unary(_, x) => {
                         can_uniform[x.index()]
                             && st.tmp.is_none()
