@@ -1172,19 +1172,32 @@ fn index_value(
     Ok(())
 }
 
-/// Gather along `axis`: one thread per output element.
+/// The block of the indexed dimension that one launch of a gather or scatter-add holds,
+/// when the indexed buffer (a gather's table, a scatter-add's result) is larger than one
+/// storage binding: positions `base..base + len` of the dimension's `full` extent. The
+/// launch's view of that buffer covers only the block; indices are checked against `full`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct IndexBlock {
+    pub base: usize,
+    pub len: usize,
+    pub full: usize,
+}
+
+/// Gather along `axis`: one thread per output element. With a `block` of the table, a
+/// thread writes only if its index falls in the block (another launch holds the rest).
 pub(crate) fn take(
     caps: &Capabilities,
     kernel: &Kernel,
     axis: usize,
     launch: &Launch<'_>,
     out_dtype: DType,
+    block: Option<IndexBlock>,
 ) -> Result<Work> {
     let mut g = Gen::new(caps, "take");
     let n = launch.space.numel();
     let (tv, iv) = (&launch.views[0], &launch.views[1]);
     let ri = iv.shape.rank();
-    let size = tv.shape.dims()[axis];
+    let size = block.map_or(tv.shape.dims()[axis], |b| b.full);
     let mut body = String::from(MAIN_1D);
     body.push_str("    let i = (wg.y * nwg.x + wg.x) * 256u + li;\n");
     let nn = g.size(n)?;
@@ -1202,7 +1215,17 @@ pub(crate) fn take(
         "j",
     )?;
     let mut tc: Vec<String> = c[..axis].to_vec();
-    tc.push("j".into());
+    match block {
+        Some(b) => {
+            let (base, len) = (g.size(b.base)?, g.size(b.len)?);
+            let _ = writeln!(
+                body,
+                "    if (j < {base} || j - {base} >= {len}) {{ return; }}"
+            );
+            tc.push(format!("(j - {base})"));
+        }
+        None => tc.push("j".into()),
+    }
     tc.extend_from_slice(&c[axis + ri..]);
     g.check(out_dtype)?;
     g.input(0, out_dtype);
@@ -1221,18 +1244,20 @@ pub(crate) fn take(
 /// positions that hit its row; each thread then adds just those updates, in ascending
 /// position order (the order the reference sums in), so the result is deterministic and the
 /// work is one index read per row and slice, not one per output element. An index out of
-/// range raises status code 5.
+/// range raises status code 5. With a `block` of the result, the launch's rows are that
+/// block's positions along `axis`.
 pub(crate) fn scatter_add(
     caps: &Capabilities,
     kernel: &Kernel,
     axis: usize,
     launch: &Launch<'_>,
     out_dtype: DType,
+    block: Option<IndexBlock>,
 ) -> Result<Work> {
     let mut g = Gen::new(caps, "scatter_add");
     let space = launch.space.dims();
     let (uv, iv) = (&launch.views[0], &launch.views[1]);
-    let size = space[axis];
+    let size = block.map_or(space[axis], |b| b.full);
     let rows: usize = space[..=axis].iter().product();
     let inner: usize = space[axis + 1..].iter().product();
     let p_len = iv.shape.numel();
@@ -1249,7 +1274,15 @@ pub(crate) fn scatter_add(
     let (nrows, ninner, pl, sz) = (g.size(rows)?, g.size(inner)?, g.size(p_len)?, g.size(size)?);
     // `row` is the same for the whole workgroup: the early return keeps barriers uniform.
     let _ = writeln!(body, "    if (row >= {nrows}) {{ return; }}");
-    let _ = writeln!(body, "    let jrow = row % {sz};");
+    match block {
+        Some(b) => {
+            let (base, len) = (g.size(b.base)?, g.size(b.len)?);
+            let _ = writeln!(body, "    let jrow = row % {len} + {base};");
+        }
+        None => {
+            let _ = writeln!(body, "    let jrow = row % {sz};");
+        }
+    }
     let _ = writeln!(
         body,
         "    for (var q0 = 0u; q0 < {ninner}; q0 = q0 + 256u) {{"

@@ -29,10 +29,13 @@
 //! * **Limits**: more than 65,535 workgroups fold into a 2-D grid. A kernel touching a buffer
 //!   larger than the adapter's largest storage binding runs as several launches over blocks
 //!   of its leading dimension, each binding the windows it reads and writes (elementwise,
-//!   reductions — partial results folded together where the block dimension is reduced —
-//!   and unbatched matmuls). A kernel binding more storage
-//!   buffers than the adapter allows, a big buffer in a kernel that cannot be cut so, a
-//!   buffer over the adapter's largest buffer, or `f64`/`i64` without
+//!   reductions — partial results folded together where the block dimension is reduced —,
+//!   unbatched matmuls, and gathers into a big result). A gather from a big table and a
+//!   scatter-add into a big result run one launch per block of the indexed dimension, each
+//!   handling only the indices that fall in its block; a scatter-add of big updates runs
+//!   one launch per block of index positions, adding partial results. A kernel binding more
+//!   storage buffers than the adapter allows, a big buffer in a kernel that cannot be cut
+//!   so, a buffer over the adapter's largest buffer, or `f64`/`i64` without
 //!   `SHADER_F64`/`SHADER_INT64` is a clear error naming the op and the limit.
 //! * **Resident values** ([`Resident`]): results kept on the device between evaluations,
 //!   read in place by later launches, downloaded on demand; [`TransferStats`] counts the
@@ -645,6 +648,19 @@ impl Backend for WgpuBackend {
         let limit = self.core.gpu.caps.max_binding_bytes;
         let big = |b: &GpuBuffer| elem_bytes(b.dtype) * b.len as u64 > limit;
         if outputs.iter().any(big) || inputs.iter().any(|a| matches!(a, Arg::Buffer(b) if big(b))) {
+            match kernel.kind {
+                KernelKind::Take { .. } if matches!(inputs.first(), Some(Arg::Buffer(b)) if big(b)) =>
+                {
+                    return self.launch_index_blocks(kernel, launch, inputs, outputs);
+                }
+                KernelKind::ScatterAdd { .. } if outputs.first().is_some_and(big) => {
+                    return self.launch_index_blocks(kernel, launch, inputs, outputs);
+                }
+                KernelKind::ScatterAdd { axis } => {
+                    return self.launch_update_blocks(axis, kernel, launch, inputs, outputs);
+                }
+                _ => {}
+            }
             return self.launch_pieces(kernel, launch, inputs, outputs);
         }
         self.launch_one(kernel, launch, inputs, outputs, &Windows::default())
@@ -764,6 +780,7 @@ struct CachedLaunch {
     seeds: Vec<u64>,
     dims: Vec<usize>,
     unread: bool,
+    block: Option<kernels::IndexBlock>,
     generated: Arc<Generated>,
 }
 
@@ -801,6 +818,9 @@ const LAUNCH_CACHE_ENTRIES: usize = 4096;
 struct Windows {
     inputs: Vec<Option<(u64, u64)>>,
     outputs: Vec<Option<(u64, u64)>>,
+    /// The block of a gather's table or a scatter-add's result this launch holds (see
+    /// [`WgpuBackend::launch_index_blocks`]).
+    block: Option<kernels::IndexBlock>,
 }
 
 impl Windows {
@@ -843,6 +863,312 @@ fn bind_group(
 }
 
 impl WgpuBackend {
+    /// Runs a gather whose table, or a scatter-add whose result, is larger than the
+    /// adapter's largest storage binding as one launch per block of the indexed dimension:
+    /// each launch binds its block's window of that buffer and handles only the indices in
+    /// the block (a gather writes the outputs whose index falls there, a scatter-add sums
+    /// into the result rows it holds), checking every index against the whole dimension.
+    /// The other buffers are bound whole and must each fit one binding. A scatter-add's
+    /// result is cut only where the dimensions before the indexed one are 1 (a block of its
+    /// rows is then one window). Anything else is an error naming the limit.
+    fn launch_index_blocks(
+        &self,
+        kernel: &Kernel,
+        launch: &Launch<'_>,
+        inputs: &[Arg<'_, GpuBuffer>],
+        outputs: &mut [GpuBuffer],
+    ) -> Result<()> {
+        let caps = &self.core.gpu.caps;
+        let (limit, align) = (caps.max_binding_bytes, caps.binding_alignment);
+        let space = launch.space.dims();
+        let refuse = |why: String| {
+            too_large(
+                "wgpu kernel",
+                format!(
+                    "{why}; a buffer exceeds the adapter's largest storage binding ({limit} bytes)"
+                ),
+            )
+        };
+        let bytes = |b: &GpuBuffer| elem_bytes(b.dtype) * b.len as u64;
+        let (axis, gather) = match kernel.kind {
+            KernelKind::Take { axis } => (axis, true),
+            KernelKind::ScatterAdd { axis } => (axis, false),
+            _ => {
+                return Err(internal(
+                    "index blocks of a kernel that does not index".into(),
+                ))
+            }
+        };
+        // Everything but the indexed buffer is bound whole.
+        let whole_ok =
+            inputs.iter().enumerate().all(|(x, a)| {
+                (gather && x == 0) || !matches!(a, Arg::Buffer(b) if bytes(b) > limit)
+            }) && (!gather || outputs.iter().all(|o| bytes(o) <= limit));
+        let what = if gather { "take" } else { "scatter-add" };
+        if !whole_ok {
+            return Err(refuse(format!(
+                "a {what} over {space:?} whose indexed buffer and another operand are both over the limit"
+            )));
+        }
+        let mut checks: Vec<Arc<Check>> = Vec::new();
+        let mut keep = |o: &GpuBuffer| {
+            for c in &o.checks {
+                if !checks.iter().any(|x| Arc::ptr_eq(x, c)) {
+                    checks.push(c.clone());
+                }
+            }
+        };
+        if gather {
+            let Arg::Buffer(table) = inputs[0] else {
+                return Err(internal(
+                    "a take's table over the limit is not a buffer".into(),
+                ));
+            };
+            let eb = elem_bytes(table.dtype);
+            let v = &launch.views[0];
+            let full = v.shape.dims()[axis];
+            // The table view's address range over positions `base..base + n` of `axis`.
+            let span = |base: usize, n: usize| -> (isize, isize) {
+                let mut lo = v.offset + base as isize * v.strides[axis];
+                let mut hi = lo;
+                for (d, (&len, &st)) in v.shape.dims().iter().zip(&v.strides).enumerate() {
+                    let len = if d == axis { n } else { len };
+                    let reach = (len.max(1) as isize - 1) * st;
+                    if reach < 0 {
+                        lo += reach;
+                    } else {
+                        hi += reach;
+                    }
+                }
+                (lo, hi)
+            };
+            let fits = |n: usize| {
+                let (lo, hi) = span(0, n);
+                ((hi - lo + 1) as u64) * eb + align <= limit
+            };
+            let mut rows = full;
+            while rows > 0 && !fits(rows) {
+                rows /= 2;
+            }
+            if rows == 0 {
+                return Err(refuse(format!(
+                    "one position of dimension {axis} of a take's table {:?} does not fit",
+                    v.shape.dims()
+                )));
+            }
+            let mut base = 0;
+            while base < full {
+                let n = rows.min(full - base);
+                let (lo, hi) = span(base, n);
+                let start = (lo.max(0) as u64 * eb) / align * align;
+                let end = ((hi + 1).max(0) as u64 * eb).div_ceil(4) * 4;
+                let mut views = launch.views.clone();
+                views[0].offset += base as isize * v.strides[axis] - (start / eb) as isize;
+                let mut dims = v.shape.dims().to_vec();
+                dims[axis] = n;
+                views[0].shape = kiln_ir::Shape::from(dims);
+                let windows = Windows {
+                    inputs: vec![Some((start, (end - start).max(4))), None],
+                    outputs: vec![None; outputs.len()],
+                    block: Some(kernels::IndexBlock { base, len: n, full }),
+                };
+                let piece = Launch {
+                    space: launch.space.clone(),
+                    views,
+                    scalars: launch.scalars,
+                    seeds: launch.seeds,
+                    dims: launch.dims,
+                    unread_outputs: launch.unread_outputs,
+                };
+                self.launch_one(kernel, &piece, inputs, outputs, &windows)?;
+                keep(&outputs[0]);
+                base += n;
+            }
+        } else {
+            let out = &outputs[0];
+            let eb = elem_bytes(out.dtype);
+            if space[..axis].iter().any(|&d| d != 1) {
+                return Err(refuse(format!(
+                    "a scatter-add along dimension {axis} of {space:?}: its result can be cut \
+                     only along its first dimension longer than 1"
+                )));
+            }
+            let full = space[axis];
+            let row = space[axis + 1..].iter().product::<usize>() as u64 * eb;
+            let step = (align / gcd(align, row.max(1))) as usize;
+            let rows = (limit / row.max(1)) as usize / step * step;
+            if rows == 0 {
+                return Err(refuse(format!(
+                    "{step} positions of dimension {axis} of a scatter-add's result {space:?} do not fit"
+                )));
+            }
+            let mut base = 0;
+            while base < full {
+                let n = rows.min(full - base);
+                let mut dims = space.to_vec();
+                dims[axis] = n;
+                let windows = Windows {
+                    inputs: vec![None; inputs.len()],
+                    outputs: vec![Some((base as u64 * row, (n as u64 * row).max(4)))],
+                    block: Some(kernels::IndexBlock { base, len: n, full }),
+                };
+                let piece = Launch {
+                    space: kiln_ir::Shape::from(dims),
+                    views: launch.views.clone(),
+                    scalars: launch.scalars,
+                    seeds: launch.seeds,
+                    dims: launch.dims,
+                    unread_outputs: launch.unread_outputs,
+                };
+                self.launch_one(kernel, &piece, inputs, outputs, &windows)?;
+                keep(&outputs[0]);
+                base += n;
+            }
+        }
+        for o in outputs.iter_mut() {
+            o.checks = checks.clone();
+        }
+        Ok(())
+    }
+
+    /// Runs a scatter-add whose updates (or indices) are larger than the adapter's largest
+    /// storage binding, and whose result fits one, as one launch per block of index
+    /// positions (the indices' first dimension longer than 1): the first block sums into the
+    /// result, each later one into a partial result added to it. Each result element is
+    /// then the sum of its updates in position order within a block, blocks added in order
+    /// (a different association than one launch: equal for exact sums, not bit for bit
+    /// otherwise). Where a block of one position does not fit, an error names the limit.
+    fn launch_update_blocks(
+        &self,
+        axis: usize,
+        kernel: &Kernel,
+        launch: &Launch<'_>,
+        inputs: &[Arg<'_, GpuBuffer>],
+        outputs: &mut [GpuBuffer],
+    ) -> Result<()> {
+        let caps = &self.core.gpu.caps;
+        let (limit, align) = (caps.max_binding_bytes, caps.binding_alignment);
+        let refuse = |why: String| {
+            too_large(
+                "wgpu kernel",
+                format!(
+                    "{why}; a buffer exceeds the adapter's largest storage binding ({limit} bytes)"
+                ),
+            )
+        };
+        let iv = &launch.views[1];
+        let Some(d0) = iv.shape.dims().iter().position(|&d| d > 1) else {
+            return Err(refuse(format!(
+                "a scatter-add of {} updates with one index position",
+                launch.views[0].shape
+            )));
+        };
+        // The cut dimension of each input's view: the updates' index dimensions follow the
+        // result's dimensions before `axis`.
+        let cut = [axis + d0, d0];
+        let ext = iv.shape.dims()[d0];
+        let span = |x: usize, base: usize, n: usize| -> (isize, isize) {
+            let v = &launch.views[x];
+            let mut lo = v.offset + base as isize * v.strides[cut[x]];
+            let mut hi = lo;
+            for (d, (&len, &st)) in v.shape.dims().iter().zip(&v.strides).enumerate() {
+                let len = if d == cut[x] { n } else { len };
+                let reach = (len.max(1) as isize - 1) * st;
+                if reach < 0 {
+                    lo += reach;
+                } else {
+                    hi += reach;
+                }
+            }
+            (lo, hi)
+        };
+        let eb = |x: usize| match inputs[x] {
+            Arg::Buffer(b) => Some(elem_bytes(b.dtype)),
+            _ => None,
+        };
+        let fits = |n: usize| {
+            (0..2).all(|x| {
+                eb(x).is_none_or(|eb| {
+                    let (lo, hi) = span(x, 0, n);
+                    ((hi - lo + 1) as u64) * eb + align <= limit
+                })
+            })
+        };
+        let mut rows = ext;
+        while rows > 0 && !fits(rows) {
+            rows /= 2;
+        }
+        if rows == 0 {
+            return Err(refuse(format!(
+                "one index position of a scatter-add's updates {} does not fit",
+                launch.views[0].shape
+            )));
+        }
+        let mut checks: Vec<Arc<Check>> = Vec::new();
+        let mut base = 0;
+        while base < ext {
+            let n = rows.min(ext - base);
+            let mut views = launch.views.clone();
+            let mut windows = Windows {
+                inputs: Vec::new(),
+                outputs: vec![None],
+                block: None,
+            };
+            for x in 0..2 {
+                let v = &mut views[x];
+                let mut dims = v.shape.dims().to_vec();
+                dims[cut[x]] = n;
+                v.shape = kiln_ir::Shape::from(dims);
+                v.offset += base as isize * v.strides[cut[x]];
+                match eb(x) {
+                    Some(eb) => {
+                        let (lo, hi) = span(x, base, n);
+                        let start = (lo.max(0) as u64 * eb) / align * align;
+                        let end = ((hi + 1).max(0) as u64 * eb).div_ceil(4) * 4;
+                        v.offset -= (start / eb) as isize;
+                        windows.inputs.push(Some((start, (end - start).max(4))));
+                    }
+                    None => windows.inputs.push(None),
+                }
+            }
+            let piece = Launch {
+                space: launch.space.clone(),
+                views,
+                scalars: launch.scalars,
+                seeds: launch.seeds,
+                dims: launch.dims,
+                unread_outputs: launch.unread_outputs,
+            };
+            let mut keep = |o: &GpuBuffer| {
+                for c in &o.checks {
+                    if !checks.iter().any(|x| Arc::ptr_eq(x, c)) {
+                        checks.push(c.clone());
+                    }
+                }
+            };
+            if base == 0 {
+                self.launch_one(kernel, &piece, inputs, outputs, &windows)?;
+                keep(&outputs[0]);
+            } else {
+                let mut part = [self.new_buffer(outputs[0].dtype, outputs[0].len)?];
+                let run = self
+                    .launch_one(kernel, &piece, inputs, &mut part, &windows)
+                    .and_then(|()| {
+                        keep(&part[0]);
+                        self.fold_into(kiln_ir::ReduceOp::Sum, &mut outputs[0], &part[0])
+                    });
+                let [part] = part;
+                self.release(part);
+                run?;
+            }
+            base += n;
+        }
+        for o in outputs.iter_mut() {
+            o.checks = checks.clone();
+        }
+        Ok(())
+    }
+
     /// Runs a kernel that touches a buffer larger than the adapter's largest storage
     /// binding as several launches, each over a block of consecutive positions of the
     /// kernel's first dimension longer than 1 (its leading dimensions before it are 1): every
@@ -887,6 +1213,7 @@ impl WgpuBackend {
             KernelKind::Reduce { .. } => first_long,
             KernelKind::ArgReduce { axis, .. } => first_long.filter(|k| k != axis),
             KernelKind::MatMul { .. } if r >= 2 && first_long == Some(r - 2) => Some(r - 2),
+            KernelKind::Take { .. } => first_long,
             _ => None,
         };
         let Some(k) = split else {
@@ -915,9 +1242,24 @@ impl WgpuBackend {
             )));
         }
         let matmul = matches!(kernel.kind, KernelKind::MatMul { .. });
-        // The dimension of input x's view that follows the cut dimension, if any.
+        let take_axis = match kernel.kind {
+            KernelKind::Take { axis } => Some(axis),
+            _ => None,
+        };
+        // The dimension of input x's view that follows the cut dimension, if any. A take's
+        // output dimensions are the table's before `axis`, the indices', then the table's
+        // after `axis`.
         let vdim = |x: usize| -> Option<usize> {
             let rank = launch.views[x].shape.rank();
+            if let Some(a) = take_axis {
+                let ri = launch.views[1].shape.rank();
+                return match x {
+                    0 if k < a => Some(k),
+                    0 if k >= a + ri => Some(k + 1 - ri),
+                    1 if (a..a + ri).contains(&k) => Some(k - a),
+                    _ => None,
+                };
+            }
             match (matmul, x) {
                 (true, 0) => Some(rank - 2),
                 (true, 1) => None,
@@ -1459,6 +1801,7 @@ impl WgpuBackend {
         how: &[In],
         out_dtypes: &[DType],
         caps: &Capabilities,
+        block: Option<kernels::IndexBlock>,
     ) -> Result<Arc<Generated>> {
         let addr = kernel as *const Kernel as usize;
         let hit = |c: &CachedLaunch| {
@@ -1471,6 +1814,7 @@ impl WgpuBackend {
                 && c.seeds == launch.seeds
                 && c.dims == launch.dims
                 && c.unread == launch.unread_outputs
+                && c.block == block
         };
         {
             let cache = self.launches.lock().unwrap_or_else(|e| e.into_inner());
@@ -1478,7 +1822,7 @@ impl WgpuBackend {
                 return Ok(c.generated.clone());
             }
         }
-        let generated = Arc::new(self.generate(kernel, launch, how, out_dtypes, caps)?);
+        let generated = Arc::new(self.generate(kernel, launch, how, out_dtypes, caps, block)?);
         let mut cache = self.launches.lock().unwrap_or_else(|e| e.into_inner());
         if cache.entries >= LAUNCH_CACHE_ENTRIES {
             cache.map.clear();
@@ -1495,6 +1839,7 @@ impl WgpuBackend {
             seeds: launch.seeds.to_vec(),
             dims: launch.dims.to_vec(),
             unread: launch.unread_outputs,
+            block,
             generated: generated.clone(),
         });
         Ok(generated)
@@ -1508,6 +1853,7 @@ impl WgpuBackend {
         how: &[In],
         out_dtypes: &[DType],
         caps: &Capabilities,
+        block: Option<kernels::IndexBlock>,
     ) -> Result<Generated> {
         // Remap input bindings per dispatch (concat binds one input at a time as input 0).
         let mut remap: Vec<Option<usize>> = Vec::new();
@@ -1529,11 +1875,11 @@ impl WgpuBackend {
                 epilogue.as_ref().and_then(program_int_dtype),
             ),
             KernelKind::Take { axis } => (
-                kernels::take(caps, kernel, *axis, launch, out_dtypes[0])?,
+                kernels::take(caps, kernel, *axis, launch, out_dtypes[0], block)?,
                 None,
             ),
             KernelKind::ScatterAdd { axis } => (
-                kernels::scatter_add(caps, kernel, *axis, launch, out_dtypes[0])?,
+                kernels::scatter_add(caps, kernel, *axis, launch, out_dtypes[0], block)?,
                 None,
             ),
             KernelKind::TopK { k, indices } => {
@@ -1576,7 +1922,7 @@ impl WgpuBackend {
         caps: &Capabilities,
         windows: &Windows,
     ) -> Result<()> {
-        let generated = self.generated(kernel, launch, how, out_dtypes, caps)?;
+        let generated = self.generated(kernel, launch, how, out_dtypes, caps, windows.block)?;
         self.run_generated(&generated, inputs, outputs, copies, caps, windows)
     }
 

@@ -1,8 +1,9 @@
 //! Arrays larger than the adapter's largest storage binding (128 MiB on lavapipe and
 //! llvmpipe): a 300 MiB elementwise pass (with a broadcast row and an in-kernel iota), a
-//! row reduction, a sum and a max over all elements, and a matmul, each checked against
-//! plain Rust; and a kernel that cannot be cut into blocks (a gather from a 300 MiB table)
-//! reports the limit instead of failing inside wgpu.
+//! row reduction, a sum and a max over all elements, a matmul, a gather from a 300 MiB
+//! table, a gather into a 300 MiB result and a scatter-add into one, each checked against
+//! plain Rust; and a kernel that cannot be cut into blocks (a gather along the last axis of
+//! a 300 MiB table) reports the limit instead of failing inside wgpu.
 //! Skipped (with a message) without an adapter, or when the adapter's binding limit is
 //! above 300 MiB (nothing to split then).
 //!
@@ -140,14 +141,161 @@ fn sum_and_max_over_all_of_a_300_mib_array() {
     assert_eq!(f32s(&got[1])[0], max);
 }
 
+/// Indices spread over every block of an `n`-long axis, each block hit several times,
+/// negatives (counted from the end) and repeats included.
+fn spread_indices(count: usize, n: usize) -> Vec<i32> {
+    (0..count)
+        .map(|i| {
+            let j = (i * 7_919 + 13) % n;
+            if i % 5 == 0 {
+                j as i32 - n as i32
+            } else {
+                j as i32
+            }
+        })
+        .collect()
+}
+
+/// `got` holds the rows of `table` (`rows` × `cols`) that `indices` name, in order.
+fn check_gathered(got: &[f32], table: &[f32], indices: &[i32], rows: usize, cols: usize) {
+    for (p, &j) in indices.iter().enumerate() {
+        let r = if j < 0 { j + rows as i32 } else { j } as usize;
+        let (g, w) = (
+            &got[p * cols..(p + 1) * cols],
+            &table[r * cols..(r + 1) * cols],
+        );
+        if let Some(c) = (0..cols).find(|&c| g[c] != w[c]) {
+            panic!("position {p}, index {j}, column {c}: {} vs {}", g[c], w[c]);
+        }
+    }
+}
+
+#[test]
+fn a_gather_from_a_300_mib_table() {
+    let Some(e) = engine() else { return };
+    let cols = 1024;
+    let rows = BYTES / 4 / cols;
+    let tv = values(rows * cols);
+    let table = data(tv.clone(), &[rows, cols]);
+    let iv = spread_indices(4096, rows);
+    let idx = build::data(HostData::from(iv.clone()), Shape::from([4096])).unwrap();
+    let g = build::take(&table, &idx, 0).unwrap();
+    let got = e.evaluate(&[&g]).unwrap();
+    let got = f32s(&got[0]);
+    assert_eq!(got.len(), 4096 * cols);
+    check_gathered(got, &tv, &iv, rows, cols);
+    // An index past the end is reported against the whole table, not a block of it.
+    let bad = build::data(HostData::from(vec![3i32, rows as i32]), Shape::from([2])).unwrap();
+    let err = e
+        .evaluate(&[&build::take(&table, &bad, 0).unwrap()])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(&rows.to_string()), "{err}");
+}
+
+#[test]
+fn a_gather_with_a_300_mib_result() {
+    let Some(e) = engine() else { return };
+    let (rows, cols) = (1000, 64);
+    let count = BYTES / 4 / cols;
+    let tv = values(rows * cols);
+    let table = data(tv.clone(), &[rows, cols]);
+    let iv = spread_indices(count, rows);
+    let idx = build::data(HostData::from(iv.clone()), Shape::from([count])).unwrap();
+    let g = build::take(&table, &idx, 0).unwrap();
+    let got = e.evaluate(&[&g]).unwrap();
+    let got = f32s(&got[0]);
+    assert_eq!(got.len(), count * cols);
+    check_gathered(got, &tv, &iv, rows, cols);
+}
+
+#[test]
+fn a_scatter_add_into_a_300_mib_result() {
+    let Some(e) = engine() else { return };
+    let cols = 1024;
+    let rows = BYTES / 4 / cols;
+    let count = 512;
+    let uv = values(count * cols);
+    let upd = data(uv.clone(), &[count, cols]);
+    // Every fourth index repeats an earlier one, so rows sum several updates.
+    let iv: Vec<i32> = spread_indices(count, rows)
+        .into_iter()
+        .enumerate()
+        .map(|(i, j)| {
+            if i % 4 == 3 {
+                (i as i32 * 31) % rows as i32
+            } else {
+                j
+            }
+        })
+        .collect();
+    let iv: Vec<i32> = iv
+        .iter()
+        .enumerate()
+        .map(|(i, &j)| if i % 4 == 3 && i >= 8 { iv[i - 8] } else { j })
+        .collect();
+    let idx = build::data(HostData::from(iv.clone()), Shape::from([count])).unwrap();
+    let s = build::scatter_add(&upd, &idx, 0, Shape::from([rows, cols])).unwrap();
+    let got = e.evaluate(&[&s]).unwrap();
+    let got = f32s(&got[0]);
+    assert_eq!(got.len(), rows * cols);
+    let mut want = vec![0f32; rows * cols];
+    for (p, &j) in iv.iter().enumerate() {
+        let r = if j < 0 { j + rows as i32 } else { j } as usize;
+        for c in 0..cols {
+            want[r * cols + c] += uv[p * cols + c];
+        }
+    }
+    let wrong = got.iter().zip(&want).position(|(g, w)| g != w);
+    assert!(
+        wrong.is_none(),
+        "element {wrong:?}: {} vs {}",
+        got[wrong.unwrap_or(0)],
+        want[wrong.unwrap_or(0)]
+    );
+}
+
+#[test]
+fn a_scatter_add_of_300_mib_of_updates() {
+    let Some(e) = engine() else { return };
+    let (rows, cols) = (64, 64);
+    let count = BYTES / 4 / cols;
+    let uv = values(count * cols);
+    let upd = data(uv.clone(), &[count, cols]);
+    let iv = spread_indices(count, rows);
+    let idx = build::data(HostData::from(iv.clone()), Shape::from([count])).unwrap();
+    let s = build::scatter_add(&upd, &idx, 0, Shape::from([rows, cols])).unwrap();
+    let got = e.evaluate(&[&s]).unwrap();
+    let got = f32s(&got[0]);
+    // Sums of small integers and halves: exact in f32 in any order.
+    let mut want = vec![0f64; rows * cols];
+    for (p, &j) in iv.iter().enumerate() {
+        let r = if j < 0 { j + rows as i32 } else { j } as usize;
+        for c in 0..cols {
+            want[r * cols + c] += uv[p * cols + c] as f64;
+        }
+    }
+    for (k, (&g, &w)) in got.iter().zip(&want).enumerate() {
+        assert!(g as f64 == w, "element {k}: {g} vs {w}");
+    }
+    // An index out of range in a later block is still reported.
+    let mut bad = iv;
+    bad[count - 3] = rows as i32 + 5;
+    let idx = build::data(HostData::from(bad), Shape::from([count])).unwrap();
+    let s = build::scatter_add(&upd, &idx, 0, Shape::from([rows, cols])).unwrap();
+    let err = e.evaluate(&[&s]).unwrap_err().to_string();
+    assert!(err.contains(&(rows + 5).to_string()), "{err}");
+}
+
 #[test]
 fn a_kernel_that_cannot_be_cut_names_the_limit() {
     let Some(e) = engine() else { return };
-    // A gather reads rows of its table where the indices say: the whole table is bound.
+    // A gather along the last axis of a table with many rows: even one column of it spans
+    // the whole table.
     let rows = BYTES / 4 / 64;
     let table = data(values(rows * 64), &[rows, 64]);
     let idx = build::data(HostData::from(vec![0i32, 5, 7]), Shape::from([3])).unwrap();
-    let g = build::take(&table, &idx, 0).unwrap();
+    let g = build::take(&table, &idx, 1).unwrap();
     let err = e.evaluate(&[&g]).unwrap_err().to_string();
     assert!(err.contains("largest storage binding"), "{err}");
 }
