@@ -30,7 +30,8 @@
 //!   larger than the adapter's largest storage binding runs as several launches over blocks
 //!   of its leading dimension, each binding the windows it reads and writes (elementwise,
 //!   reductions — partial results folded together where the block dimension is reduced —,
-//!   unbatched matmuls, and gathers into a big result). A gather from a big table and a
+//!   matmuls by batches or rows, gathers into a big result, top-k by rows, concatenations
+//!   along another dimension). A gather from a big table and a
 //!   scatter-add into a big result run one launch per block of the indexed dimension, each
 //!   handling only the indices that fall in its block; a scatter-add of big updates runs
 //!   one launch per block of index positions, adding partial results. A kernel binding more
@@ -1176,10 +1177,11 @@ impl WgpuBackend {
     /// to the block and re-based to their windows. Kernels that can be cut so: elementwise,
     /// reductions (one that reduces the cut dimension reduces each block into a partial
     /// result and folds it into the output with the same operation), arg-reductions that
-    /// keep that dimension, and unbatched matmuls (cut by rows of the output; the right
-    /// operand must fit one binding). Anything else, or a block of one position that still
-    /// does not fit (a broadcast operand over the limit, a transposed one), is an error
-    /// naming the limit.
+    /// keep that dimension, matmuls (cut by batches, or by rows of the output when there is
+    /// one batch, the right operand then bound whole), gathers (the table or the indices
+    /// cut, whichever holds the dimension), top-k by rows, and concatenations along another
+    /// dimension. Anything else, or a block of one position that still does not fit (a
+    /// broadcast operand over the limit, a transposed one), is an error naming the limit.
     fn launch_pieces(
         &self,
         kernel: &Kernel,
@@ -1212,8 +1214,10 @@ impl WgpuBackend {
             KernelKind::Elementwise { .. } => first_long,
             KernelKind::Reduce { .. } => first_long,
             KernelKind::ArgReduce { axis, .. } => first_long.filter(|k| k != axis),
-            KernelKind::MatMul { .. } if r >= 2 && first_long == Some(r - 2) => Some(r - 2),
+            KernelKind::MatMul { .. } if r >= 2 => first_long.filter(|&k| k <= r - 2),
             KernelKind::Take { .. } => first_long,
+            KernelKind::TopK { .. } => first_long.filter(|&k| k + 1 < r),
+            KernelKind::Concat { axis } => first_long.filter(|k| k != axis),
             _ => None,
         };
         let Some(k) = split else {
@@ -1260,9 +1264,11 @@ impl WgpuBackend {
                     _ => None,
                 };
             }
-            match (matmul, x) {
+            match (matmul && k == r - 2, x) {
+                // Rows of the output: rows of `a`, all of `b`.
                 (true, 0) => Some(rank - 2),
                 (true, 1) => None,
+                // Batches, or any other kernel: the same dimension of every full-rank view.
                 _ => (rank == r).then_some(k),
             }
         };

@@ -1,7 +1,8 @@
 //! Arrays larger than the adapter's largest storage binding (128 MiB on lavapipe and
 //! llvmpipe): a 300 MiB elementwise pass (with a broadcast row and an in-kernel iota), a
-//! row reduction, a sum and a max over all elements, a matmul, a gather from a 300 MiB
-//! table, a gather into a 300 MiB result and a scatter-add into one, each checked against
+//! row reduction, a sum and a max over all elements, a matmul, a batched matmul, top-k and
+//! a concatenation, a gather from a 300 MiB table, a gather into a 300 MiB result, a
+//! scatter-add into one and a scatter-add of 300 MiB of updates, each checked against
 //! plain Rust; and a kernel that cannot be cut into blocks (a gather along the last axis of
 //! a 300 MiB table) reports the limit instead of failing inside wgpu.
 //! Skipped (with a message) without an adapter, or when the adapter's binding limit is
@@ -285,6 +286,74 @@ fn a_scatter_add_of_300_mib_of_updates() {
     let s = build::scatter_add(&upd, &idx, 0, Shape::from([rows, cols])).unwrap();
     let err = e.evaluate(&[&s]).unwrap_err().to_string();
     assert!(err.contains(&(rows + 5).to_string()), "{err}");
+}
+
+#[test]
+fn a_batched_matmul_over_300_mib_of_batches() {
+    let Some(e) = engine() else { return };
+    let (m, k, n) = (64, 64, 8);
+    let batch = BYTES / 4 / (m * k);
+    let av = values(batch * m * k);
+    let bv: Vec<f32> = (0..batch * k * n).map(|i| (i % 7) as f32 - 3.0).collect();
+    let a = data(av.clone(), &[batch, m, k]);
+    let b = data(bv.clone(), &[batch, k, n]);
+    let y = build::matmul(&a, &b).unwrap();
+    let got = e.evaluate(&[&y]).unwrap();
+    let got = f32s(&got[0]);
+    assert_eq!(got.len(), batch * m * n);
+    for q in (0..batch).step_by(97).chain([batch - 1]) {
+        for i in 0..m {
+            for j in 0..n {
+                let want: f32 = (0..k)
+                    .map(|t| av[(q * m + i) * k + t] * bv[(q * k + t) * n + j])
+                    .sum();
+                let g = got[(q * m + i) * n + j];
+                assert!(g == want, "[{q}, {i}, {j}]: {g} vs {want}");
+            }
+        }
+    }
+}
+
+#[test]
+fn top_k_and_concat_over_300_mib() {
+    let Some(e) = engine() else { return };
+    let cols = 64;
+    let rows = BYTES / 4 / cols;
+    let xv = values(rows * cols);
+    let x = data(xv.clone(), &[rows, cols]);
+    let (vals, idx) = build::top_k(&x, 2).unwrap();
+    let h = cols / 2;
+    let left = data(xv[..rows * h].to_vec(), &[rows, h]);
+    let right = data(xv[rows * h..].to_vec(), &[rows, h]);
+    let joined = build::concat(&[left, right], 1).unwrap();
+    let got = e.evaluate(&[&vals, &idx, &joined]).unwrap();
+    let (gv, gj) = (f32s(&got[0]), &got[1]);
+    let gj: Vec<i64> = match gj {
+        HostData::I64(v) => v.to_vec(),
+        HostData::I32(v) => v.iter().map(|&i| i as i64).collect(),
+        other => panic!("indices of dtype {:?}", other.dtype()),
+    };
+    for r in 0..rows {
+        let row = &xv[r * cols..(r + 1) * cols];
+        // The two largest (a row's 64 values are distinct: 37·i mod 97 over 64 consecutive i).
+        let mut order: Vec<usize> = (0..cols).collect();
+        order.sort_by(|&p, &q| row[q].total_cmp(&row[p]));
+        for t in 0..2 {
+            assert_eq!(gv[r * 2 + t], row[order[t]], "row {r}, value {t}");
+            assert_eq!(gj[r * 2 + t], order[t] as i64, "row {r}, index {t}");
+        }
+    }
+    let gc = f32s(&got[2]);
+    for r in 0..rows {
+        for c in 0..cols {
+            let want = if c < h {
+                xv[r * h + c]
+            } else {
+                xv[rows * h + r * h + c - h]
+            };
+            assert!(gc[r * cols + c] == want, "concat [{r}, {c}]");
+        }
+    }
 }
 
 #[test]
