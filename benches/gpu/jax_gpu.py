@@ -80,8 +80,9 @@ def main():
         run("W4_sum_ab", "16M", lambda a, b: jnp.sum(a * b), [a, b], nbytes=8 * 16 * MEGA)
         run("W4_row_sums", "4096x4096", lambda m: jnp.sum(m, axis=-1), [uniform((4096, 4096), 11)],
             nbytes=4 * 4096 * 4096)
-        run("W4_softmax_rows", "4096x1024", lambda s: jax.nn.softmax(s, axis=-1),
-            [uniform((4096, 1024), 12)], nbytes=8 * 4096 * 1024)
+        for rows, cols, salt in [(4096, 1024, 12), (1024, 16384, 21)]:
+            run("W4_softmax_rows", f"{rows}x{cols}", lambda s: jax.nn.softmax(s, axis=-1),
+                [uniform((rows, cols), salt)], nbytes=8 * rows * cols)
     if want("W5"):
         for n in [1024, 2048, 4096]:
             run("W5_sgemm", f"{n}^3", lambda a, b: jnp.matmul(a, b, precision=jax.lax.Precision.HIGHEST),

@@ -136,14 +136,16 @@ def w4(put, ne, jax_time, jax, jnp):
     m = uniform((4096, 4096), 11)
     put("W4_row_sums", "4096x4096", "numpy", timeit(lambda: m.sum(axis=-1), r))
     put("W4_row_sums", "4096x4096", "jax.jit", jax_time(lambda m: jnp.sum(m, axis=-1), [m], r))
-    s = uniform((4096, 1024), 12)
-
     def np_softmax(s):
         e = np.exp(s - s.max(axis=-1, keepdims=True))
         return e / e.sum(axis=-1, keepdims=True)
 
-    put("W4_softmax_rows", "4096x1024", "numpy", timeit(lambda: np_softmax(s), r))
-    put("W4_softmax_rows", "4096x1024", "jax.jit", jax_time(lambda s: jax.nn.softmax(s, axis=-1), [s], r))
+    for rows, cols, salt in [(4096, 1024, 12), (1024, 16384, 21)]:
+        s = uniform((rows, cols), salt)
+        r = reps_for(8 * rows * cols)
+        put("W4_softmax_rows", f"{rows}x{cols}", "numpy", timeit(lambda: np_softmax(s), r))
+        put("W4_softmax_rows", f"{rows}x{cols}", "jax.jit",
+            jax_time(lambda s: jax.nn.softmax(s, axis=-1), [s], r))
 
 
 def w5(put, jax_time, jax):
@@ -320,7 +322,8 @@ def rate(w, size, secs):
     if w == "W4_row_sums":
         return f"{4 * 4096 * 4096 / secs / 1e9:.1f} GB/s"
     if w == "W4_softmax_rows":
-        return f"{8 * 4096 * 1024 / secs / 1e9:.1f} GB/s"
+        rows, cols = (int(v) for v in size.split("x"))
+        return f"{8 * rows * cols / secs / 1e9:.1f} GB/s"
     if w == "W5_sgemm":
         k = int(size.split("^")[0])
         return f"{2 * k**3 / secs / 1e9:.0f} GFLOP/s"

@@ -543,18 +543,21 @@ fn workloads(quick: bool, only: Option<&[Workload]>) {
                 m.sum(Some(&[-1]), false).eval().expect("W4 rows");
             },
         );
-        let s = uniform(&[4096, 1024], 12);
-        let bytes = 2.0 * 4.0 * (4096 * 1024) as f64;
-        report(
-            "W4_softmax_rows",
-            "4096x1024",
-            reps_for(bytes, quick),
-            bytes,
-            0.0,
-            || {
-                s.softmax(-1).eval().expect("W4 softmax");
-            },
-        );
+        // Rows of 1,024 and rows of 16,384 (longer than one GPU reduction chunk).
+        for (rows, cols, salt) in [(4096usize, 1024usize, 12u64), (1024, 16384, 21)] {
+            let s = uniform(&[rows, cols], salt);
+            let bytes = 2.0 * 4.0 * (rows * cols) as f64;
+            report(
+                "W4_softmax_rows",
+                &format!("{rows}x{cols}"),
+                reps_for(bytes, quick),
+                bytes,
+                0.0,
+                || {
+                    s.softmax(-1).eval().expect("W4 softmax");
+                },
+            );
+        }
     }
     if wanted(only, Workload::W5) {
         for n in [1024usize, 2048] {

@@ -1517,6 +1517,14 @@ pub(crate) struct GroupPart<'a> {
 /// per-thread run), so the group accumulates no worse than the kernels launched alone.
 pub(crate) const GROUP_SERIAL: usize = CHUNK / WG as usize;
 
+/// The longest row a fused row group's whole-row reduction may cover: rows of up to
+/// `CHUNK` chunks, whose plain reduction takes two passes, are summed in that order.
+pub(crate) const GROUP_LONGEST_ROW: usize = CHUNK * CHUNK;
+
+/// The fewest rows a group of rows longer than `CHUNK` is fused for: a workgroup per row
+/// is then still enough to fill a large GPU (the plain kernels run one per row and chunk).
+pub(crate) const GROUP_LONG_ROWS_MIN: usize = 1024;
+
 /// A whole row group in one dispatch: one workgroup per row runs the group's kernels in
 /// order over its row, each kernel's writes made visible to the next by a barrier (the rows
 /// are independent: `kiln_compiler::RowGroup`). Elementwise kernels stride the row's
@@ -1629,23 +1637,48 @@ pub(crate) fn row_group(
                     }
                     let mut kept_names = vec![String::from("0u"); kept.len()];
                     kept_names[0] = "row".into();
-                    let _ = writeln!(body, "    var acc: {st} = {id};");
-                    let _ = writeln!(body, "    for (var r = li; r < {nred}; r = r + 256u) {{");
-                    let v = value(&mut g, &mut body, &kept_names)?;
-                    let c = combine(&mut g, *op, d, "acc", &v);
-                    let _ = writeln!(body, "    acc = {c};\n    }}");
-                    let _ = writeln!(body, "    {arr}[li] = acc;\n    workgroupBarrier();");
-                    let c = combine(
+                    let tree = combine(
                         &mut g,
                         *op,
                         d,
                         &format!("{arr}[li]"),
                         &format!("{arr}[li + s]"),
                     );
-                    let _ = writeln!(
-                        body,
-                        "    for (var s = 128u; s > 0u; s = s >> 1u) {{\n    if (li < s) {{ {arr}[li] = {c}; }}\n    workgroupBarrier();\n    }}"
+                    let tree = format!(
+                        "    {arr}[li] = acc;\n    workgroupBarrier();\n    for (var s = 128u; s > 0u; s = s >> 1u) {{\n    if (li < s) {{ {arr}[li] = {tree}; }}\n    workgroupBarrier();\n    }}\n"
                     );
+                    if red_n <= CHUNK {
+                        let _ = writeln!(body, "    var acc: {st} = {id};");
+                        let _ = writeln!(body, "    for (var r = li; r < {nred}; r = r + 256u) {{");
+                        let v = value(&mut g, &mut body, &kept_names)?;
+                        let c = combine(&mut g, *op, d, "acc", &v);
+                        let _ = writeln!(body, "    acc = {c};\n    }}");
+                        body.push_str(&tree);
+                    } else {
+                        // Longer rows in the plain reduction's order: each CHUNK of the row
+                        // strided over the threads and reduced by the tree into a partial;
+                        // thread `c % 256` folds partial `c` into its share; a last tree.
+                        let _ = writeln!(body, "    var share: {st} = {id};");
+                        let _ = writeln!(
+                            body,
+                            "    for (var c0 = 0u; c0 < {nred}; c0 = c0 + {CHUNK}u) {{"
+                        );
+                        let _ = writeln!(body, "    let rend = min(c0 + {CHUNK}u, {nred});");
+                        let _ = writeln!(body, "    var acc: {st} = {id};");
+                        let _ =
+                            writeln!(body, "    for (var r = c0 + li; r < rend; r = r + 256u) {{");
+                        let v = value(&mut g, &mut body, &kept_names)?;
+                        let c = combine(&mut g, *op, d, "acc", &v);
+                        let _ = writeln!(body, "    acc = {c};\n    }}");
+                        body.push_str(&tree);
+                        let c = combine(&mut g, *op, d, "share", &format!("{arr}[0]"));
+                        let _ = writeln!(
+                            body,
+                            "    if (li == (c0 / {CHUNK}u) % 256u) {{ share = {c}; }}\n    workgroupBarrier();\n    }}"
+                        );
+                        let _ = writeln!(body, "    var acc: {st} = share;");
+                        body.push_str(&tree);
+                    }
                     let _ = writeln!(body, "    if (li == 0u) {{ o{o0}[row] = {arr}[0]; }}");
                 } else {
                     // Several outputs per row: one thread each, serially over the reduction.

@@ -13,8 +13,9 @@
 //!   same buffers are bound again (`KILN_WGPU_BINDS=0` turns that off, for A/B timings).
 //! * **Row groups** (a softmax, a layer norm): one dispatch per group, a workgroup per row
 //!   running the group's kernels in order with barriers between them
-//!   (`kernels::row_group`), where its reductions are short enough to keep the plain
-//!   reduction's accuracy; otherwise kernel by kernel (`KILN_WGPU_ROW_GROUPS=0`: always).
+//!   (`kernels::row_group`), summing each row in the plain reduction's order; rows longer
+//!   than 4,096 only where there are at least 1,024 of them (else a workgroup per row would
+//!   leave a GPU idle); otherwise kernel by kernel (`KILN_WGPU_ROW_GROUPS=0`: always).
 //! * **Donation**: a resident value the caller donated and nothing else reads becomes the
 //!   buffer a result is written into (`Backend::donate`; an in-place optimizer step).
 //! * **Buffers** ([`GpuBuffer`]) come from a pool by size class (bounded in bytes,
@@ -1534,15 +1535,12 @@ impl WgpuBackend {
         }
     }
 
-    /// The generated work of a launch: from the cache when the same kernel ran with the same
-    /// launch before (every field compared, so a hit is exactly what generation would give),
-    /// else generated now and cached. Generating the WGSL text and its word table is a
-    /// sizeable part of a small kernel's host time; a training loop repeats its launches.
     /// Whether a row group runs fused (see `kernels::row_group`): only elementwise kernels
     /// and reductions that keep the row, a whole-row reduction of at most
-    /// `kernels::GROUP_SERIAL` elements per thread, a reduction keeping more than the row
-    /// of at most that many elements per output, no buffer over the binding limit, and the
-    /// bindings within the adapter's.
+    /// `kernels::GROUP_SERIAL` elements per thread (or of rows up to
+    /// `kernels::GROUP_LONGEST_ROW` where there are at least `kernels::GROUP_LONG_ROWS_MIN`
+    /// rows), a reduction keeping more than the row of at most `GROUP_SERIAL` elements per
+    /// output, no buffer over the binding limit, and the bindings within the adapter's.
     fn group_fits(
         &self,
         rows: usize,
@@ -1571,12 +1569,14 @@ impl WgpuBackend {
                         (1..space.len()).partition(|a| !axes.contains(a));
                     let out_inner: usize = kept.iter().map(|&a| space[a]).product();
                     let red_n: usize = red.iter().map(|&a| space[a]).product();
-                    let per_thread = if out_inner == 1 {
-                        red_n.div_ceil(kernels::WG as usize)
+                    let fits = if out_inner == 1 {
+                        red_n.div_ceil(kernels::WG as usize) <= kernels::GROUP_SERIAL
+                            || (red_n <= kernels::GROUP_LONGEST_ROW
+                                && rows >= kernels::GROUP_LONG_ROWS_MIN)
                     } else {
-                        red_n
+                        red_n <= kernels::GROUP_SERIAL
                     };
-                    if per_thread > kernels::GROUP_SERIAL {
+                    if !fits {
                         return false;
                     }
                 }
@@ -1800,6 +1800,10 @@ impl WgpuBackend {
         self.swept.store(freed, Ordering::Relaxed);
     }
 
+    /// The generated work of a launch: from the cache when the same kernel ran with the same
+    /// launch before (every field compared, so a hit is exactly what generation would give),
+    /// else generated now and cached. Generating the WGSL text and its word table is a
+    /// sizeable part of a small kernel's host time; a training loop repeats its launches.
     fn generated(
         &self,
         kernel: &Kernel,

@@ -542,6 +542,60 @@ fn softmax_stores_exp_once_from_its_sum_on_every_reduction_path() {
 }
 
 #[test]
+fn a_fused_long_row_sums_in_the_plain_reductions_order() {
+    let Some(e) = engine() else { return };
+    // Rows of three 4,096-element chunks and a bit, enough rows to fuse.
+    let (rows, n) = (1024usize, 3 * 4096 + 100);
+    let v: Vec<f32> = (0..(rows * n) as u64)
+        .map(|i| ((i * 2654435761) % 7919) as f32 / 997.0 - 4.0)
+        .collect();
+    let x = build::data(HostData::from(v), Shape::from([rows, n])).unwrap();
+    let m = build::reduce(ReduceOp::Max, &x, Some(&[1]), true).unwrap();
+    let d = build::binary(
+        BinaryOp::Sub,
+        &x,
+        &build::broadcast_to(&m, x.shape()).unwrap(),
+    )
+    .unwrap();
+    let ex = build::unary(UnaryOp::Exp, &d).unwrap();
+    let s = build::reduce(ReduceOp::Sum, &ex, Some(&[1]), true).unwrap();
+    let y = build::binary(
+        BinaryOp::Div,
+        &ex,
+        &build::broadcast_to(&s, x.shape()).unwrap(),
+    )
+    .unwrap();
+    let before = e.backend().pipeline_stats().fused_groups;
+    let got = e.evaluate(&[&y, &s, &m]).unwrap();
+    assert!(e.backend().pipeline_stats().fused_groups > before, "fused");
+    assert_close(&got[0], &reference(&[&y]).unwrap()[0], 1e-5);
+    // The same sum as one plain reduction (two passes: chunks, then their partials), its
+    // maxima given as data so that nothing groups it.
+    let mh = build::data(got[2].clone(), Shape::from([rows, 1])).unwrap();
+    let d2 = build::binary(
+        BinaryOp::Sub,
+        &x,
+        &build::broadcast_to(&mh, x.shape()).unwrap(),
+    )
+    .unwrap();
+    let s2 = build::reduce(
+        ReduceOp::Sum,
+        &build::unary(UnaryOp::Exp, &d2).unwrap(),
+        Some(&[1]),
+        true,
+    )
+    .unwrap();
+    let plain = e.evaluate(&[&s2]).unwrap();
+    for r in 0..rows {
+        let (a, b) = (got[1].get(r).as_f64(), plain[0].get(r).as_f64());
+        assert!(
+            a.to_bits() == b.to_bits(),
+            "row {r}: fused {a} vs plain {b}"
+        );
+    }
+}
+
+#[test]
 fn row_groups_run_as_one_dispatch_per_row_and_match_the_reference() {
     let Some(e) = engine() else { return };
     let data = |shape: &[usize], salt: u64| {
@@ -560,13 +614,15 @@ fn row_groups_run_as_one_dispatch_per_row_and_match_the_reference() {
         let sb = build::broadcast_to(&s, x.shape()).unwrap();
         build::binary(BinaryOp::Div, &ex, &sb).unwrap()
     };
-    // Whole-row reductions (short and long rows), a reduction keeping part of the row
-    // (axis 2 of [rows, 7, 9]), and rows too long to fuse (run kernel by kernel).
+    // Whole-row reductions (short and long rows, rows of several 4,096-element chunks), a
+    // reduction keeping part of the row (axis 2 of [rows, 7, 9]), and a few rows too long
+    // to fuse (run kernel by kernel: a workgroup per row would leave a GPU idle).
     for (shape, axis, fused) in [
         (vec![64usize, 10], 1isize, true),
         (vec![33, 1000], 1, true),
         (vec![300, 4096], 1, true),
         (vec![40, 7, 9], 2, true),
+        (vec![1024, 9000], 1, true),
         (vec![4, 20000], 1, false),
     ] {
         let x = data(&shape, shape.len() as u64);
