@@ -150,7 +150,8 @@ impl<'c> Gen<'c> {
             self.status = true;
         }
         self.helpers.push(key);
-        self.helper_text.push_str(&wgsl_math::helper(name, ty));
+        self.helper_text
+            .push_str(&wgsl_math::helper(name, ty, self.caps.i64));
     }
 
     /// Declares binding `b` as `decl` (e.g. `var<storage, read> a0: array<f32>`).

@@ -11,16 +11,27 @@
 //!   Kahan's cancellation-free forms.
 //! * `f64`: own range-reduced polynomials: `exp`, `log` within a few ulp; `sin`/`cos` within a
 //!   few ulp for |x| ≤ 10⁶ (three-part Cody–Waite reduction), degrading beyond; `pow` as
-//!   `exp(y·log x)` (relative error ≈ |y·log x|·2⁻⁵³).
+//!   `exp(y·log x)` (relative error ≈ |y·log x|·2⁻⁵³). Where the adapter has 64-bit
+//!   integers, `exp` scales by 2^k and `log` splits off the exponent through the bits
+//!   rather than `ldexp`/`frexp` (same results; NVIDIA's compiler rejected shaders holding
+//!   several of those).
 //!
 //! Depends on nothing (it is text).
 
-/// Helper names a kernel may need, with their instantiated text.
-pub(crate) fn helper(name: &str, ty: &str) -> String {
+/// Helper names a kernel may need, with their instantiated text. With `int64` (the adapter
+/// has `SHADER_INT64`), `f64` `exp` and `log` scale and split by their exponent bits instead
+/// of `ldexp`/`frexp`.
+pub(crate) fn helper(name: &str, ty: &str, int64: bool) -> String {
     let t = match name {
         "consts" => CONSTS,
+        "log" if ty == "f64" && int64 => {
+            return instantiate(&LOG_F64.replace(FREXP, FREXP_BITS), ty)
+        }
         "log" if ty == "f64" => LOG_F64,
         "log" => LOG_F32,
+        "exp" if ty == "f64" && int64 => {
+            return instantiate(&EXP_F64.replace(LDEXP, LDEXP_BITS), ty)
+        }
         "exp" if ty == "f64" => EXP_F64,
         "exp" => EXP_F32,
         "sqrt" => SQRT,
@@ -154,6 +165,22 @@ fn k_exp_T(x: T) -> T {
     return ldexp(ldexp(p, h), ki - h);
 }
 ";
+
+/// `EXP_F64`'s scaling by 2^k, in two steps so that each factor is a normal number.
+const LDEXP: &str = "return ldexp(ldexp(p, h), ki - h);";
+/// The same scaling by factors built from their exponent bits (the same rounding: the first
+/// product is exact). NVIDIA's Vulkan compiler failed on shaders holding several inlined
+/// `f64` `ldexp`s and `frexp`s ("NVVM compilation failed").
+const LDEXP_BITS: &str = "return p * bitcast<f64>(u64(u32(h + 1023)) << 52u) \
+    * bitcast<f64>(u64(u32(ki - h + 1023)) << 52u);";
+/// `LOG_F64`'s split of a normal positive `x` into `m` in [0.5, 1) and its exponent.
+const FREXP: &str = "let fe = frexp(x);
+    var m = fe.fract;
+    var e = i32(fe.exp) + e0;";
+/// The same split from the bits.
+const FREXP_BITS: &str = "let xb = bitcast<u64>(x);
+    var m = bitcast<f64>((xb & 0x000ffffffffffffflu) | 0x3fe0000000000000lu);
+    var e = i32(u32(xb >> 52u)) - 1022 + e0;";
 
 const LOG_F64: &str = "
 fn k_log_T(x0: T) -> T {
@@ -473,3 +500,24 @@ fn k_philox(lo: u32, hi: u32, k0: u32, k1: u32) -> vec4<u32> {
 }
 fn k_uniform_f32(b: vec4<u32>) -> f32 { return f32(b.x >> 8u) * (1.0 / 16777216.0); }
 ";
+
+#[cfg(test)]
+mod tests {
+    use super::helper;
+
+    #[test]
+    fn f64_exp_and_log_use_exponent_bits_where_the_adapter_has_int64() {
+        let (exp, log) = (helper("exp", "f64", true), helper("log", "f64", true));
+        assert!(
+            !exp.contains("ldexp") && exp.contains("bitcast<f64>"),
+            "{exp}"
+        );
+        assert!(
+            !log.contains("frexp") && log.contains("bitcast<u64>"),
+            "{log}"
+        );
+        assert!(helper("exp", "f64", false).contains("ldexp"));
+        assert!(helper("log", "f64", false).contains("frexp"));
+        assert_eq!(helper("exp", "f32", true), helper("exp", "f32", false));
+    }
+}
