@@ -169,6 +169,16 @@ pub trait Backend: Send + Sync {
         let _ = value;
         None
     }
+    /// Waits for the launches so far to finish and returns the value error (an index out of
+    /// range, an integer division by zero) that any kernel behind the buffers `live` raised.
+    /// A run calls it before it writes over its first donated parameter when its plan has
+    /// fallible kernels ([`Plan::settle`]), so that a failing evaluation leaves every donor
+    /// as it was. A backend whose kernels report value errors as they run needs nothing
+    /// here. Default: `Ok(())`.
+    fn settle(&self, live: &[&Self::Buffer]) -> Result<()> {
+        let _ = live;
+        Ok(())
+    }
     /// Called once at the end of every run (after its results are downloaded or kept, and
     /// on error): a backend that records launches submits them here. Default: nothing.
     fn finish(&self) {}
@@ -423,15 +433,14 @@ pub fn run_with<B: Backend>(
     out
 }
 
-/// The storage of the value bound to `donation`'s parameter, if the caller donated it, it
-/// fits the buffer, and no handle on it exists but the donor node's and `bindings`'.
-fn donated<B: Backend>(
-    backend: &B,
+/// The value bound to `donation`'s parameter, if the caller donated it, it fits the buffer,
+/// and no handle on it exists but the donor node's and `bindings`'.
+fn donor<'a>(
     plan: &Plan,
-    bindings: &Bindings,
+    bindings: &'a Bindings,
     options: RunOptions<'_>,
     donation: &crate::plan::Donation,
-) -> Option<B::Buffer> {
+) -> Option<&'a DeviceData> {
     let d = bindings.params.get(donation.param)?.device()?;
     let desc = &plan.buffers[donation.buffer];
     let len = desc
@@ -444,11 +453,7 @@ fn donated<B: Backend>(
         && d.handles() == 2
         && d.dtype() == desc.dtype
         && d.len() >= len;
-    if ok {
-        backend.donate(d)
-    } else {
-        None
-    }
+    ok.then_some(d)
 }
 
 fn run_kernels<'a, B: Backend>(
@@ -466,6 +471,7 @@ fn run_kernels<'a, B: Backend>(
     let mut donations = plan.donations.iter().peekable();
     // Per parameter: the output of the current kernel it is read through (a donation).
     let mut through: SmallVec<[(ParamId, usize); 2]> = SmallVec::new();
+    let mut settled = false;
     let mut ki = KernelId::new(0);
     while ki.index() < plan.kernels.len() {
         if let Some(g) = groups.next_if(|g| g.start == ki) {
@@ -490,11 +496,25 @@ fn run_kernels<'a, B: Backend>(
         through.clear();
         if !options.donate.is_empty() {
             while let Some(d) = donations.next_if(|d| d.kernel <= ki) {
-                if d.kernel == ki && bufs[d.buffer.index()].is_none() {
-                    if let Some(buf) = donated(backend, plan, bindings, options, d) {
-                        bufs[d.buffer.index()] = Some(buf);
-                        through.push((d.param, d.output));
-                    }
+                if d.kernel != ki || bufs[d.buffer.index()].is_some() {
+                    continue;
+                }
+                let Some(value) = donor(plan, bindings, options, d) else {
+                    continue;
+                };
+                if plan.settle && !settled {
+                    // Every fallible kernel ran before this one: their errors first.
+                    let live: Vec<&B::Buffer> = bufs
+                        .iter()
+                        .flatten()
+                        .chain(params.iter().flatten().map(|p| p.get()))
+                        .collect();
+                    backend.settle(&live)?;
+                    settled = true;
+                }
+                if let Some(buf) = backend.donate(value) {
+                    bufs[d.buffer.index()] = Some(buf);
+                    through.push((d.param, d.output));
                 }
             }
         }

@@ -283,14 +283,16 @@ pub fn plan_memory(plan: &mut Plan, hint: &[usize], donate: bool) {
         }
     }
     plan.buffers = buffers;
+    plan.settle = !donations.is_empty() && last_fallible(plan).is_some();
     plan.donations = donations;
 }
 
-/// Whether a plan may take donations at all: not with fallible kernels (a value error reported
-/// after a parameter was written over could not leave it as it was): gathers, scatter-adds,
-/// and kernels whose programs hold an integer `//`, `%` or power ([`kiln_ir::BinaryOp::can_fail`]).
-fn may_donate(plan: &Plan) -> bool {
-    !plan.kernels.values().any(|k| match &k.kind {
+/// The last fallible kernel of a plan, if any: gathers, scatter-adds, and kernels whose
+/// programs hold an integer `//`, `%` or power ([`kiln_ir::BinaryOp::can_fail`]). Donations
+/// come only after it (a value error reported after a parameter was written over could not
+/// leave it as it was), and a run settles the errors before the first.
+fn last_fallible(plan: &Plan) -> Option<usize> {
+    plan.kernels.values().rposition(|k| match &k.kind {
         KernelKind::Take { .. } | KernelKind::ScatterAdd { .. } => true,
         KernelKind::Elementwise { program, .. }
         | KernelKind::Reduce { program, .. }
@@ -347,7 +349,7 @@ fn aligned_params(kernel: &Kernel) -> SmallVec<[ParamId; 2]> {
 pub fn sink_updates(plan: &mut Plan) -> Vec<usize> {
     let n = plan.kernels.len();
     let identity: Vec<usize> = (0..n).collect();
-    if !may_donate(plan) || !plan.groups.is_empty() {
+    if !plan.groups.is_empty() {
         return identity;
     }
     let mut last_reader: Vec<usize> = Vec::new();
@@ -443,9 +445,7 @@ pub fn donation_kernels(plan: &Plan) -> Vec<KernelId> {
 /// [`Donation`]; one output per parameter, the parameter read by nothing after, and never a
 /// parameter the plan returns.
 fn donation_sites(plan: &Plan, group_index: &[Option<usize>]) -> Vec<(usize, usize, ParamId)> {
-    if !may_donate(plan) {
-        return Vec::new();
-    }
+    let first = last_fallible(plan).map_or(0, |k| k + 1);
     let mut last_reader: Vec<Option<usize>> = Vec::new();
     for (k, kernel) in plan.kernels.values().enumerate() {
         for i in kernel.inputs.values() {
@@ -468,7 +468,7 @@ fn donation_sites(plan: &Plan, group_index: &[Option<usize>]) -> Vec<(usize, usi
         .collect();
     let mut out: Vec<(usize, usize, ParamId)> = Vec::new();
     for (k, kernel) in plan.kernels.values().enumerate() {
-        if group_index[k].is_some() {
+        if group_index[k].is_some() || k < first {
             continue;
         }
         let mut params = aligned_params(kernel)

@@ -502,6 +502,10 @@ pub struct Plan {
     /// Where a donated parameter may become a buffer (see [`Donation`]). Set by the memory
     /// plan.
     pub donations: Vec<Donation>,
+    /// Whether a run must confirm that no kernel before its first donation raised a value
+    /// error before it writes over a donated parameter (`Backend::settle`): the plan has
+    /// fallible kernels, all of them before every donation. Set by the memory plan.
+    pub settle: bool,
 }
 
 /// A place where a run may write over a parameter instead of allocating: kernel `kernel`
@@ -510,9 +514,10 @@ pub struct Plan {
 /// matmul's epilogue, through the output's contiguous layout). A run that was handed the parameter's storage (a donation, see
 /// `RunOptions::donate`) uses it as that buffer and reads the parameter through the output.
 ///
-/// Only plans without fallible kernels (`Take`, `ScatterAdd`, programs with an integer `//`,
-/// `%` or power) have donations: a value error reported after the write could not leave the
-/// donor as it was.
+/// A donation comes after every fallible kernel of its plan (`Take`, `ScatterAdd`, programs
+/// with an integer `//`, `%` or power), and a run confirms that none of them raised a value
+/// error before it takes the first one ([`Plan::settle`]): an error reported after the
+/// write could not leave the donor as it was.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Donation {
     /// The parameter.

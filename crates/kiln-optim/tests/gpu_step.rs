@@ -1,7 +1,9 @@
 //! Optimizer steps on the GPU write parameters and slots in place: `Adam::step_owned` on wgpu
 //! writes every parameter and both moments over their old storage (after the first step,
 //! which reads host values), `Adam::step` with gradients the caller still holds writes
-//! only the moments, and both train to the CPU's values. Skipped with a message when kiln has
+//! only the moments, and both train to the CPU's values. The model embeds its inputs (a
+//! gather, whose gradient is a scatter-add): the run confirms their indices before it
+//! writes anything over. Skipped with a message when kiln has
 //! no wgpu adapter (or was built without its `wgpu` feature), unless `KILN_REQUIRE_GPU=1`.
 //!
 //! One test: it switches the process's default device, which the steps evaluate on.
@@ -10,28 +12,28 @@ use kiln::{Array, DType, Device};
 use kiln_optim::{Adam, Optimizer, Parameter};
 
 fn params() -> Vec<Parameter> {
+    let emb = Array::uniform(&[30, 24], -1.0, 1.0, 6, DType::F32).unwrap();
     let w1 = Array::uniform(&[24, 16], -0.3, 0.3, 7, DType::F32).unwrap();
     let b1 = Array::zeros(&[16], DType::F32);
     let w2 = Array::uniform(&[16, 5], -0.3, 0.3, 8, DType::F32).unwrap();
     // Values made on the host, the same whichever device trains.
-    [("w1", w1), ("b1", b1), ("w2", w2)]
+    [("emb", emb), ("w1", w1), ("b1", b1), ("w2", w2)]
         .into_iter()
         .map(|(n, v)| Parameter::new(n, v.to_host().unwrap()))
         .collect()
 }
 
 fn loss_and_grads(ps: &[Parameter], step: u64) -> (Array, Vec<Array>) {
-    let x = Array::uniform(&[12, 24], -1.0, 1.0, 50 + step, DType::F32)
-        .unwrap()
-        .to_host()
-        .unwrap();
+    let ids: Vec<i64> = (0..12).map(|i| (i * 11 + step as i64 * 5) % 30).collect();
+    let ids = Array::from_vec(ids, &[12]).unwrap();
     let labels: Vec<i64> = (0..12).map(|i| (i * 7 + step as i64) % 5).collect();
     let y = Array::from_vec(labels, &[12])
         .unwrap()
         .one_hot(5, DType::F32);
     let v: Vec<Array> = ps.iter().map(Parameter::value).collect();
-    let h = (x.matmul(&v[0]) + &v[1]).tanh();
-    let loss = -(h.matmul(&v[2]).log_softmax(-1) * y).sum(None, false) / 12.0;
+    let x = v[0].take(&ids, 0);
+    let h = (x.matmul(&v[1]) + &v[2]).tanh();
+    let loss = -(h.matmul(&v[3]).log_softmax(-1) * y).sum(None, false) / 12.0;
     let refs: Vec<&Array> = v.iter().collect();
     let g = kiln::grad(&loss, &refs).unwrap();
     (loss, g)
@@ -93,12 +95,16 @@ fn adam_on_the_gpu_updates_in_place_with_the_cpus_results() {
     kiln::set_default_device(Device::Cpu).unwrap();
     // Step 1 reads host values (the parameters start on the host, the moments as zeros):
     // nothing on the device to write over. Later steps write each parameter and both its
-    // moments over their old storage: 9.
-    assert_eq!(owned.2, vec![0, 9, 9, 9, 9, 9], "in place per step, owned");
+    // moments over their old storage: 12.
+    assert_eq!(
+        owned.2,
+        vec![0, 12, 12, 12, 12, 12],
+        "in place per step, owned"
+    );
     // Held gradients read the old parameters: only the moments are written over.
     assert_eq!(
         borrowed.2,
-        vec![0, 6, 6, 6, 6, 6],
+        vec![0, 8, 8, 8, 8, 8],
         "in place per step, held"
     );
     for (name, run) in [("owned", &owned), ("held", &borrowed)] {

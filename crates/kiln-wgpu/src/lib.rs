@@ -555,6 +555,23 @@ impl Backend for WgpuBackend {
         self.core.flush();
     }
 
+    /// Reads the status words of every unverified check behind `live` in one round trip.
+    fn settle(&self, live: &[&GpuBuffer]) -> Result<()> {
+        let mut checks: Vec<Arc<Check>> = Vec::new();
+        for c in live.iter().flat_map(|b| &b.checks) {
+            if !c.verified.load(Ordering::Relaxed) && !checks.iter().any(|x| Arc::ptr_eq(x, c)) {
+                checks.push(c.clone());
+            }
+        }
+        match (checks.is_empty(), live.first()) {
+            (false, Some(b)) => self
+                .core
+                .read_checked(&checks, &b.buf, b.dtype, 0)
+                .map(|_| ()),
+            _ => Ok(()),
+        }
+    }
+
     fn upload(&self, data: &HostData) -> Result<GpuBuffer> {
         let b = self.new_buffer(data.dtype(), data.len())?;
         if !data.is_empty() {
@@ -2196,16 +2213,29 @@ impl Core {
     /// The first `len` elements of `buffer` (waits for the device; reports the value errors
     /// its lineage raised).
     fn read_back(&self, buffer: &GpuBuffer, dtype: DType, len: usize) -> Result<HostData> {
-        self.flush();
         if buffer.dtype != dtype || buffer.len < len {
             return Err(internal(format!(
                 "download of {len} {dtype} elements from a buffer of {} {}",
                 buffer.len, buffer.dtype
             )));
         }
+        self.read_checked(&buffer.checks, &buffer.buf, dtype, len)
+    }
+
+    /// The first `len` elements of `buf` (none: only the status words) after the status words
+    /// of `checks` say no kernel behind them raised a value error, in one round trip (waits
+    /// for the device). Checks found fine are marked verified.
+    fn read_checked(
+        &self,
+        checks: &[Arc<Check>],
+        buf: &wgpu::Buffer,
+        dtype: DType,
+        len: usize,
+    ) -> Result<HostData> {
+        self.flush();
         let device = &self.gpu.device;
         let bytes = elem_bytes(dtype) * len as u64;
-        let status_bytes = STATUS_WORDS * 4 * buffer.checks.len() as u64;
+        let status_bytes = STATUS_WORDS * 4 * checks.len() as u64;
         let staging = device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("kiln readback"),
             size: (bytes + status_bytes).max(4),
@@ -2213,7 +2243,7 @@ impl Core {
             mapped_at_creation: false,
         });
         let mut enc = device.create_command_encoder(&Default::default());
-        for (i, c) in buffer.checks.iter().enumerate() {
+        for (i, c) in checks.iter().enumerate() {
             enc.copy_buffer_to_buffer(
                 &c.buf,
                 0,
@@ -2223,7 +2253,7 @@ impl Core {
             );
         }
         if bytes > 0 {
-            enc.copy_buffer_to_buffer(&buffer.buf, 0, &staging, status_bytes, bytes);
+            enc.copy_buffer_to_buffer(buf, 0, &staging, status_bytes, bytes);
         }
         self.gpu.queue.submit([enc.finish()]);
         let (tx, rx) = std::sync::mpsc::channel();
@@ -2242,22 +2272,21 @@ impl Core {
                     .chunks_exact(4)
                     .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
                     .collect();
-                let checks = buffer.checks.len();
+                let n = checks.len();
                 if !dump() {
-                    tracing::trace!(target: TARGET, checks, ?words, "download");
+                    tracing::trace!(target: TARGET, checks = n, ?words, "download");
                 } else if tracing::enabled!(target: TARGET, tracing::Level::INFO) {
-                    tracing::info!(target: TARGET, checks, ?words, "download");
+                    tracing::info!(target: TARGET, checks = n, ?words, "download");
                 } else {
-                    eprintln!("kiln-wgpu: download with {checks} checks: {words:?}");
+                    eprintln!("kiln-wgpu: download with {n} checks: {words:?}");
                 }
-                let err = buffer
-                    .checks
+                let err = checks
                     .iter()
                     .enumerate()
                     .find_map(|(i, c)| c.error(&words[i * STATUS_WORDS as usize..]));
                 if err.is_none() {
                     // Checked: later results need not carry these checks again.
-                    for c in &buffer.checks {
+                    for c in checks {
                         c.verified.store(true, Ordering::Relaxed);
                     }
                     if bytes > 0 {

@@ -88,9 +88,11 @@ pub(crate) fn eval_with(device: Device, arrays: &[&Array]) -> Result<()> {
 /// A donated array's storage is written over only when kiln proves that nothing can read it
 /// afterwards: it is resident on the evaluating device; no other array shares its storage;
 /// its only handles are the ones passed in `donated`; every unevaluated array that reads it
-/// on the way to `arrays` is held by nothing but the graph (or is itself in `arrays`); the
-/// graph has no fallible gather, scatter, integer `//`, `%` or power; and a result is computed
-/// from it elementwise, as its last reader, with its dtype and size.
+/// on the way to `arrays` is held by nothing but the graph (or is itself in `arrays`); every
+/// fallible kernel of the evaluation (a gather, a scatter, an integer `//`, `%` or power)
+/// runs before the write, and the evaluation confirms they raised no error before it writes
+/// (one wait for the device); and a result is computed from it elementwise, as its last
+/// reader, with its dtype and size.
 /// Otherwise it is left alone and the evaluation allocates, as [`eval`] does.
 /// On the CPU, nothing is donated.
 ///

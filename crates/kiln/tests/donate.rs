@@ -164,25 +164,34 @@ fn a_held_array_computed_from_a_donor_keeps_it_unwritten() {
     }
 }
 
+/// An embedding step: the gather and its scatter-add run before the update, so the run
+/// confirms their indices were in range and then writes the table over; with an index out
+/// of range it returns the error before writing anything, and the table reads as it was.
 #[test]
-fn a_plan_with_a_fallible_gather_donates_nothing() {
+fn an_embedding_step_donates_its_table_once_its_indices_are_confirmed() {
     if !common::wgpu_or_skip("donation") {
         return;
     }
     let _s = serial();
     let table: Vec<f32> = (0..40).map(|i| i as f32 * 0.25).collect();
-    let w = Array::from_vec(table.clone(), &[10, 4])
-        .unwrap()
-        .to_device(Device::Wgpu)
-        .unwrap();
-    let ids = Array::from_vec(vec![3i64, 7, 3], &[3]).unwrap();
-    let loss = w.take(&ids, 0).square().sum(None, false);
-    let g = kiln::grad(&loss, &[&w]).unwrap().remove(0);
-    let next = &w - &(&g * 0.1f32);
-    drop(g);
-    let before = Device::Wgpu.memory().donated;
-    kiln::eval_donating_on(Device::Wgpu, &[&next, &loss], &[&w]).unwrap();
-    assert_eq!(Device::Wgpu.memory().donated - before, 0);
+    let step = |ids: Vec<i64>| {
+        let w = Array::from_vec(table.clone(), &[10, 4])
+            .unwrap()
+            .to_device(Device::Wgpu)
+            .unwrap();
+        let n = ids.len();
+        let ids = Array::from_vec(ids, &[n]).unwrap();
+        let loss = w.take(&ids, 0).square().sum(None, false);
+        let g = kiln::grad(&loss, &[&w]).unwrap().remove(0);
+        let next = &w - &(&g * 0.1f32);
+        drop(g);
+        let before = Device::Wgpu.memory().donated;
+        let run = kiln::eval_donating_on(Device::Wgpu, &[&next, &loss], &[&w]);
+        (w, next, run, Device::Wgpu.memory().donated - before)
+    };
+    let (w, next, run, donated) = step(vec![3, 7, 3]);
+    run.unwrap();
+    assert_eq!(donated, 1, "the table written in place");
     // Reference by hand: rows 3 (taken twice) and 7 move by 0.1 × 2 × count × value.
     let mut want = table.clone();
     for (row, count) in [(3usize, 2.0f32), (7, 1.0)] {
@@ -197,7 +206,22 @@ fn a_plan_with_a_fallible_gather_donates_nothing() {
         1e-6,
         "embedding update",
     );
-    assert_eq!(w.to_vec::<f32>().unwrap(), table, "the table as it was");
+    let e = w.to_vec::<f32>().unwrap_err().to_string();
+    assert!(e.contains("donated"), "{e}");
+    for bad in [vec![3i64, 10, 3], vec![-11, 2]] {
+        let (w, _, run, donated) = step(bad.clone());
+        let err = run.unwrap_err();
+        assert!(
+            matches!(err, kiln::Error::IndexOutOfRange { .. }),
+            "{bad:?}: expected an index error, got {err}"
+        );
+        assert_eq!(donated, 0, "{bad:?}: nothing donated");
+        assert_eq!(
+            w.to_vec::<f32>().unwrap(),
+            table,
+            "{bad:?}: the table as it was"
+        );
+    }
 }
 
 /// An integer division by zero inside the kernel that writes the update is an error raised
