@@ -939,15 +939,18 @@ pub(crate) fn matmul(
                                // Both staged slices hold four values per element, so that a thread reads four rows of
                                // `a` (or columns of `b`) with one load: `kta` is `a`'s slice transposed (step-major).
     let quads = tile / 4;
+    // Each step's row of a staged slice is padded by one vector, so that threads storing
+    // consecutive steps of one row or column hit different banks.
+    let qs = quads + 1;
     let _ = writeln!(
         g.globals,
         "var<workgroup> kta: array<vec4<{t}>, {}>;",
-        quads * 16
+        qs * 16
     );
     let _ = writeln!(
         g.globals,
         "var<workgroup> ktb: array<vec4<{t}>, {}>;",
-        quads * 16
+        qs * 16
     );
     let mut body = String::from(
         "@compute @workgroup_size(16, 16)
@@ -972,6 +975,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     let rb = vb.shape.rank();
     let aoff = batch_off(&mut g, va)?;
     let boff = batch_off(&mut g, vb)?;
+    // Consecutive threads load consecutive addresses: along `k` where an operand's rows
+    // (`a`) or columns (`b`) are contiguous in `k` (a row-major `a`, a transposed `b`), else
+    // along the tile (a row-major `b`, a transposed `a`).
+    let a_along_k = va.strides[ra - 1] == 1 && va.strides[ra - 2] != 1;
+    let b_along_k = vb.strides[rb - 2] == 1 && vb.strides[rb - 1] != 1;
     let (am, ak) = (g.signed(va.strides[ra - 2])?, g.signed(va.strides[ra - 1])?);
     let (bk, bn) = (g.signed(vb.strides[rb - 2])?, g.signed(vb.strides[rb - 1])?);
     // Buffer operands index from a per-batch base; virtual ones (iota, random) are computed.
@@ -1021,24 +1029,34 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     }
     let _ = writeln!(body, "    for (var k0 = 0u; k0 < {kk}; k0 = k0 + 16u) {{");
     // Stage A[row0..+TILE, k0..+16] and B[k0..+16, col0..+TILE], `per` elements per thread.
+    let (ar, ac) = if a_along_k {
+        ("e / 16u".to_string(), "e % 16u".to_string())
+    } else {
+        (format!("e % {tile}u"), format!("e / {tile}u"))
+    };
+    let (br, bcn) = if b_along_k {
+        ("e % 16u".to_string(), "e / 16u".to_string())
+    } else {
+        (format!("e / {tile}u"), format!("e % {tile}u"))
+    };
     let _ = writeln!(
         body,
         "        for (var q = 0u; q < {per}u; q = q + 1u) {{
             let e = tid + q * 256u;
-            let ar = e % {tile}u;
-            let ac = e / {tile}u;
+            let ar = {ar};
+            let ac = {ac};
             let gr = row0 + ar;
             let gc = k0 + ac;
             var va = {t}(0);
             if (gr < {mm} && gc < {kk}) {a}
-            kta[ac * {quads}u + ar / 4u][ar % 4u] = va;
-            let br = e / {tile}u;
-            let bcn = e % {tile}u;
+            kta[ac * {qs}u + ar / 4u][ar % 4u] = va;
+            let br = {br};
+            let bcn = {bcn};
             let hr = k0 + br;
             let hc = col0 + bcn;
             var vb = {t}(0);
             if (hr < {kk} && hc < {nn}) {b}
-            ktb[br * {quads}u + bcn / 4u][bcn % 4u] = vb;
+            ktb[br * {qs}u + bcn / 4u][bcn % 4u] = vb;
         }}
         workgroupBarrier();
         for (var kq = 0u; kq < 16u; kq = kq + 1u) {{"
@@ -1050,12 +1068,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     for s in 0..r_ / 4 {
         let _ = writeln!(
             body,
-            "            let fa{s} = kta[kq * {quads}u + lid.y + {}u];",
+            "            let fa{s} = kta[kq * {qs}u + lid.y + {}u];",
             16 * s
         );
         let _ = writeln!(
             body,
-            "            let fb{s} = ktb[kq * {quads}u + lid.x + {}u];",
+            "            let fb{s} = ktb[kq * {qs}u + lid.x + {}u];",
             16 * s
         );
     }

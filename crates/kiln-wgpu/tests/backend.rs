@@ -233,6 +233,38 @@ fn matmul_tiles_edges_batches_views_and_epilogues_match_the_reference() {
         // f32 accumulation over up to 129 terms, in the GPU's order.
         assert_close(&got[0], &reference(&[&y]).unwrap()[0], 1e-4);
     }
+    // Operands read from buffers, each stored as it is used or transposed (the loads then
+    // run along `k` or along the tile), at both tile sizes (256 products take 128-wide
+    // tiles), with edges in every dimension.
+    let stored = |shape: &[usize], seed: u64, transposed: bool| {
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n as u64)
+            .map(|i| (((i + seed * 7919) * 2654435761) % 2001) as f32 / 1000.0 - 1.0)
+            .collect();
+        let r = shape.len();
+        let mut dims = shape.to_vec();
+        if transposed {
+            dims.swap(r - 2, r - 1);
+        }
+        let x = build::data(HostData::from(v), Shape::from(dims)).unwrap();
+        if transposed {
+            let mut perm: Vec<isize> = (0..r as isize).collect();
+            perm.swap(r - 2, r - 1);
+            build::permute(&x, &perm).unwrap()
+        } else {
+            x
+        }
+    };
+    for (a, b) in [
+        (vec![150usize, 37], vec![37usize, 70]),
+        (vec![256, 20, 19], vec![256, 19, 21]),
+    ] {
+        for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+            let y = build::matmul(&stored(&a, 6, ta), &stored(&b, 7, tb)).unwrap();
+            let got = e.evaluate(&[&y]).unwrap();
+            assert_close(&got[0], &reference(&[&y]).unwrap()[0], 1e-4);
+        }
+    }
     // A transposed (strided) operand and a fused relu(x @ w + b) epilogue.
     let x = mat(&[40, 70], 3);
     let wt = mat(&[30, 70], 4);
