@@ -10,14 +10,7 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-/tmp/kiln-gpu}
 mkdir -p "$out"
-if ! ldconfig -p | grep -q 'libvulkan.so.1 ' && ls .gl/*.deb >/dev/null 2>&1; then
-  for f in .gl/*.deb; do dpkg -x "$f" /; done
-  ldconfig
-fi
-for f in /usr/share/vulkan/icd.d/nvidia_icd.json /etc/vulkan/icd.d/nvidia_icd.json \
-         /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json; do
-  if [ -f "$f" ]; then export VK_DRIVER_FILES=$f; break; fi
-done
+. "$here/vulkan-env.sh"
 export WGPU_BACKEND=${WGPU_BACKEND:-vulkan} KILN_REQUIRE_GPU=1
 {
   echo "== backend tests"

@@ -23,14 +23,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 mkdir -p "$out"
-if ! ldconfig -p | grep -q 'libvulkan.so.1 ' && ls .gl/*.deb >/dev/null 2>&1; then
-  for f in .gl/*.deb; do dpkg -x "$f" /; done
-  ldconfig
-fi
-for f in /usr/share/vulkan/icd.d/nvidia_icd.json /etc/vulkan/icd.d/nvidia_icd.json \
-         /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json; do
-  if [ -f "$f" ]; then export VK_DRIVER_FILES=$f; break; fi
-done
+. "$here/vulkan-env.sh"
 egl=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
 [ -f "$egl" ] && export __EGL_VENDOR_LIBRARY_FILENAMES=$egl
 export WGPU_BACKEND=${WGPU_BACKEND:-vulkan} KILN_DEVICE=wgpu

@@ -881,6 +881,140 @@ fn bind_group(
     })
 }
 
+/// The error for a kernel over the binding limit `limit` that cannot run in blocks.
+fn over_limit(why: &str, limit: u64) -> Error {
+    too_large(
+        "wgpu kernel",
+        format!("{why}; a buffer exceeds the adapter's largest storage binding ({limit} bytes)"),
+    )
+}
+
+/// The largest of `n`, `n / 2`, `n / 4`, … (or 0) that `fits`.
+fn halve_until(mut n: usize, fits: impl Fn(usize) -> bool) -> usize {
+    while n > 0 && !fits(n) {
+        n /= 2;
+    }
+    n
+}
+
+/// The element range `(lo, hi)` that view `v` reaches when its dimension `dim` (if any)
+/// holds positions `base..base + n`.
+fn view_span(
+    v: &kiln_compiler::Strided,
+    dim: Option<usize>,
+    base: usize,
+    n: usize,
+) -> (isize, isize) {
+    let mut lo = v.offset + dim.map_or(0, |d| base as isize * v.strides[d]);
+    let mut hi = lo;
+    for (d, (&len, &st)) in v.shape.dims().iter().zip(&v.strides).enumerate() {
+        let len = if Some(d) == dim { n } else { len };
+        let reach = (len.max(1) as isize - 1) * st;
+        if reach < 0 {
+            lo += reach;
+        } else {
+            hi += reach;
+        }
+    }
+    (lo, hi)
+}
+
+/// Whether every buffer input's view, over `n` positions of its cut dimension `cut(x)`,
+/// fits one binding once its window's start is aligned down.
+fn inputs_fit(
+    launch: &Launch<'_>,
+    inputs: &[Arg<'_, GpuBuffer>],
+    cut: &dyn Fn(usize) -> Option<usize>,
+    n: usize,
+    limit: u64,
+    align: u64,
+) -> bool {
+    inputs.iter().enumerate().all(|(x, a)| match a {
+        Arg::Buffer(b) => {
+            let (lo, hi) = view_span(&launch.views[x], cut(x), 0, n);
+            ((hi - lo + 1) as u64) * elem_bytes(b.dtype) + align <= limit
+        }
+        _ => true,
+    })
+}
+
+/// The views and input windows of one block: positions `base..base + n` of each input's cut
+/// dimension `cut(x)` (inputs without one are bound whole); a buffer input is bound as the
+/// window its view reaches there, its start aligned down, and its view re-based to it.
+fn cut_inputs(
+    launch: &Launch<'_>,
+    inputs: &[Arg<'_, GpuBuffer>],
+    cut: &dyn Fn(usize) -> Option<usize>,
+    base: usize,
+    n: usize,
+    align: u64,
+) -> (Vec<kiln_compiler::Strided>, Vec<Option<(u64, u64)>>) {
+    let mut views = launch.views.clone();
+    let mut windows = Vec::with_capacity(inputs.len());
+    for (x, a) in inputs.iter().enumerate() {
+        let Some(d) = cut(x) else {
+            windows.push(None);
+            continue;
+        };
+        let (lo, hi) = view_span(&launch.views[x], Some(d), base, n);
+        let v = &mut views[x];
+        v.offset += base as isize * v.strides[d];
+        let mut dims = v.shape.dims().to_vec();
+        dims[d] = n;
+        v.shape = kiln_ir::Shape::from(dims);
+        match a {
+            Arg::Buffer(b) => {
+                let eb = elem_bytes(b.dtype);
+                let start = (lo.max(0) as u64 * eb) / align * align;
+                let end = ((hi + 1).max(0) as u64 * eb).div_ceil(4) * 4;
+                v.offset -= (start / eb) as isize;
+                windows.push(Some((start, (end - start).max(4))));
+            }
+            // Read through an output's binding (in place), or computed: no window.
+            _ => windows.push(None),
+        }
+    }
+    (views, windows)
+}
+
+/// `launch` over another space and views (one block of it).
+fn relaunch<'a>(
+    launch: &Launch<'a>,
+    space: Vec<usize>,
+    views: Vec<kiln_compiler::Strided>,
+) -> Launch<'a> {
+    Launch {
+        space: kiln_ir::Shape::from(space),
+        views,
+        scalars: launch.scalars,
+        seeds: launch.seeds,
+        dims: launch.dims,
+        unread_outputs: launch.unread_outputs,
+    }
+}
+
+/// The status checks of a kernel run as several launches, given to its outputs at the end.
+#[derive(Default)]
+struct Lineage(Vec<Arc<Check>>);
+
+impl Lineage {
+    /// Adds the checks `buffer` carries.
+    fn keep(&mut self, buffer: &GpuBuffer) {
+        for c in &buffer.checks {
+            if !self.0.iter().any(|x| Arc::ptr_eq(x, c)) {
+                self.0.push(c.clone());
+            }
+        }
+    }
+
+    /// Sets every output's checks to the kept ones.
+    fn give(self, outputs: &mut [GpuBuffer]) {
+        for o in outputs.iter_mut() {
+            o.checks = self.0.clone();
+        }
+    }
+}
+
 impl WgpuBackend {
     /// Runs a gather whose table, or a scatter-add whose result, is larger than the
     /// adapter's largest storage binding as one launch per block of the indexed dimension:
@@ -900,14 +1034,6 @@ impl WgpuBackend {
         let caps = &self.core.gpu.caps;
         let (limit, align) = (caps.max_binding_bytes, caps.binding_alignment);
         let space = launch.space.dims();
-        let refuse = |why: String| {
-            too_large(
-                "wgpu kernel",
-                format!(
-                    "{why}; a buffer exceeds the adapter's largest storage binding ({limit} bytes)"
-                ),
-            )
-        };
         let bytes = |b: &GpuBuffer| elem_bytes(b.dtype) * b.len as u64;
         let (axis, gather) = match kernel.kind {
             KernelKind::Take { axis } => (axis, true),
@@ -925,101 +1051,61 @@ impl WgpuBackend {
             }) && (!gather || outputs.iter().all(|o| bytes(o) <= limit));
         let what = if gather { "take" } else { "scatter-add" };
         if !whole_ok {
-            return Err(refuse(format!(
-                "a {what} over {space:?} whose indexed buffer and another operand are both over the limit"
-            )));
+            return Err(over_limit(
+                &format!("a {what} over {space:?} whose indexed buffer and another operand are both over the limit"),
+                limit,
+            ));
         }
-        let mut checks: Vec<Arc<Check>> = Vec::new();
-        let mut keep = |o: &GpuBuffer| {
-            for c in &o.checks {
-                if !checks.iter().any(|x| Arc::ptr_eq(x, c)) {
-                    checks.push(c.clone());
-                }
-            }
-        };
+        let mut lineage = Lineage::default();
         if gather {
-            let Arg::Buffer(table) = inputs[0] else {
-                return Err(internal(
-                    "a take's table over the limit is not a buffer".into(),
-                ));
-            };
-            let eb = elem_bytes(table.dtype);
-            let v = &launch.views[0];
-            let full = v.shape.dims()[axis];
-            // The table view's address range over positions `base..base + n` of `axis`.
-            let span = |base: usize, n: usize| -> (isize, isize) {
-                let mut lo = v.offset + base as isize * v.strides[axis];
-                let mut hi = lo;
-                for (d, (&len, &st)) in v.shape.dims().iter().zip(&v.strides).enumerate() {
-                    let len = if d == axis { n } else { len };
-                    let reach = (len.max(1) as isize - 1) * st;
-                    if reach < 0 {
-                        lo += reach;
-                    } else {
-                        hi += reach;
-                    }
-                }
-                (lo, hi)
-            };
-            let fits = |n: usize| {
-                let (lo, hi) = span(0, n);
-                ((hi - lo + 1) as u64) * eb + align <= limit
-            };
-            let mut rows = full;
-            while rows > 0 && !fits(rows) {
-                rows /= 2;
-            }
+            let full = launch.views[0].shape.dims()[axis];
+            let cut = |x: usize| (x == 0).then_some(axis);
+            let rows = halve_until(full, |n| inputs_fit(launch, inputs, &cut, n, limit, align));
             if rows == 0 {
-                return Err(refuse(format!(
-                    "one position of dimension {axis} of a take's table {:?} does not fit",
-                    v.shape.dims()
-                )));
+                return Err(over_limit(
+                    &format!(
+                        "one position of dimension {axis} of a take's table {:?} does not fit",
+                        launch.views[0].shape.dims()
+                    ),
+                    limit,
+                ));
             }
             let mut base = 0;
             while base < full {
                 let n = rows.min(full - base);
-                let (lo, hi) = span(base, n);
-                let start = (lo.max(0) as u64 * eb) / align * align;
-                let end = ((hi + 1).max(0) as u64 * eb).div_ceil(4) * 4;
-                let mut views = launch.views.clone();
-                views[0].offset += base as isize * v.strides[axis] - (start / eb) as isize;
-                let mut dims = v.shape.dims().to_vec();
-                dims[axis] = n;
-                views[0].shape = kiln_ir::Shape::from(dims);
+                let (views, input_windows) = cut_inputs(launch, inputs, &cut, base, n, align);
                 let windows = Windows {
-                    inputs: vec![Some((start, (end - start).max(4))), None],
+                    inputs: input_windows,
                     outputs: vec![None; outputs.len()],
                     block: Some(kernels::IndexBlock { base, len: n, full }),
                 };
-                let piece = Launch {
-                    space: launch.space.clone(),
-                    views,
-                    scalars: launch.scalars,
-                    seeds: launch.seeds,
-                    dims: launch.dims,
-                    unread_outputs: launch.unread_outputs,
-                };
+                let piece = relaunch(launch, launch.space.dims().to_vec(), views);
                 self.launch_one(kernel, &piece, inputs, outputs, &windows)?;
-                keep(&outputs[0]);
+                lineage.keep(&outputs[0]);
                 base += n;
             }
         } else {
-            let out = &outputs[0];
-            let eb = elem_bytes(out.dtype);
+            let eb = elem_bytes(outputs[0].dtype);
             if space[..axis].iter().any(|&d| d != 1) {
-                return Err(refuse(format!(
-                    "a scatter-add along dimension {axis} of {space:?}: its result can be cut \
-                     only along its first dimension longer than 1"
-                )));
+                return Err(over_limit(
+                    &format!(
+                        "a scatter-add along dimension {axis} of {space:?}: its result can be \
+                         cut only along its first dimension longer than 1"
+                    ),
+                    limit,
+                ));
             }
             let full = space[axis];
             let row = space[axis + 1..].iter().product::<usize>() as u64 * eb;
             let step = (align / gcd(align, row.max(1))) as usize;
             let rows = (limit / row.max(1)) as usize / step * step;
             if rows == 0 {
-                return Err(refuse(format!(
-                    "{step} positions of dimension {axis} of a scatter-add's result {space:?} do not fit"
-                )));
+                return Err(over_limit(
+                    &format!(
+                        "{step} positions of dimension {axis} of a scatter-add's result {space:?} do not fit"
+                    ),
+                    limit,
+                ));
             }
             let mut base = 0;
             while base < full {
@@ -1031,22 +1117,13 @@ impl WgpuBackend {
                     outputs: vec![Some((base as u64 * row, (n as u64 * row).max(4)))],
                     block: Some(kernels::IndexBlock { base, len: n, full }),
                 };
-                let piece = Launch {
-                    space: kiln_ir::Shape::from(dims),
-                    views: launch.views.clone(),
-                    scalars: launch.scalars,
-                    seeds: launch.seeds,
-                    dims: launch.dims,
-                    unread_outputs: launch.unread_outputs,
-                };
+                let piece = relaunch(launch, dims, launch.views.clone());
                 self.launch_one(kernel, &piece, inputs, outputs, &windows)?;
-                keep(&outputs[0]);
+                lineage.keep(&outputs[0]);
                 base += n;
             }
         }
-        for o in outputs.iter_mut() {
-            o.checks = checks.clone();
-        }
+        lineage.give(outputs);
         Ok(())
     }
 
@@ -1067,125 +1144,85 @@ impl WgpuBackend {
     ) -> Result<()> {
         let caps = &self.core.gpu.caps;
         let (limit, align) = (caps.max_binding_bytes, caps.binding_alignment);
-        let refuse = |why: String| {
-            too_large(
-                "wgpu kernel",
-                format!(
-                    "{why}; a buffer exceeds the adapter's largest storage binding ({limit} bytes)"
-                ),
-            )
-        };
         let iv = &launch.views[1];
         let Some(d0) = iv.shape.dims().iter().position(|&d| d > 1) else {
-            return Err(refuse(format!(
-                "a scatter-add of {} updates with one index position",
-                launch.views[0].shape
-            )));
+            return Err(over_limit(
+                &format!(
+                    "a scatter-add of {} updates with one index position",
+                    launch.views[0].shape
+                ),
+                limit,
+            ));
         };
         // The cut dimension of each input's view: the updates' index dimensions follow the
         // result's dimensions before `axis`.
-        let cut = [axis + d0, d0];
+        let cut = |x: usize| [Some(axis + d0), Some(d0)].get(x).copied().flatten();
         let ext = iv.shape.dims()[d0];
-        let span = |x: usize, base: usize, n: usize| -> (isize, isize) {
-            let v = &launch.views[x];
-            let mut lo = v.offset + base as isize * v.strides[cut[x]];
-            let mut hi = lo;
-            for (d, (&len, &st)) in v.shape.dims().iter().zip(&v.strides).enumerate() {
-                let len = if d == cut[x] { n } else { len };
-                let reach = (len.max(1) as isize - 1) * st;
-                if reach < 0 {
-                    lo += reach;
-                } else {
-                    hi += reach;
-                }
-            }
-            (lo, hi)
-        };
-        let eb = |x: usize| match inputs[x] {
-            Arg::Buffer(b) => Some(elem_bytes(b.dtype)),
-            _ => None,
-        };
-        let fits = |n: usize| {
-            (0..2).all(|x| {
-                eb(x).is_none_or(|eb| {
-                    let (lo, hi) = span(x, 0, n);
-                    ((hi - lo + 1) as u64) * eb + align <= limit
-                })
-            })
-        };
-        let mut rows = ext;
-        while rows > 0 && !fits(rows) {
-            rows /= 2;
-        }
+        let rows = halve_until(ext, |n| inputs_fit(launch, inputs, &cut, n, limit, align));
         if rows == 0 {
-            return Err(refuse(format!(
-                "one index position of a scatter-add's updates {} does not fit",
-                launch.views[0].shape
-            )));
+            return Err(over_limit(
+                &format!(
+                    "one index position of a scatter-add's updates {} does not fit",
+                    launch.views[0].shape
+                ),
+                limit,
+            ));
         }
-        let mut checks: Vec<Arc<Check>> = Vec::new();
+        let mut lineage = Lineage::default();
         let mut base = 0;
         while base < ext {
             let n = rows.min(ext - base);
-            let mut views = launch.views.clone();
-            let mut windows = Windows {
-                inputs: Vec::new(),
+            let (views, input_windows) = cut_inputs(launch, inputs, &cut, base, n, align);
+            let windows = Windows {
+                inputs: input_windows,
                 outputs: vec![None],
                 block: None,
             };
-            for x in 0..2 {
-                let v = &mut views[x];
-                let mut dims = v.shape.dims().to_vec();
-                dims[cut[x]] = n;
-                v.shape = kiln_ir::Shape::from(dims);
-                v.offset += base as isize * v.strides[cut[x]];
-                match eb(x) {
-                    Some(eb) => {
-                        let (lo, hi) = span(x, base, n);
-                        let start = (lo.max(0) as u64 * eb) / align * align;
-                        let end = ((hi + 1).max(0) as u64 * eb).div_ceil(4) * 4;
-                        v.offset -= (start / eb) as isize;
-                        windows.inputs.push(Some((start, (end - start).max(4))));
-                    }
-                    None => windows.inputs.push(None),
-                }
-            }
-            let piece = Launch {
-                space: launch.space.clone(),
-                views,
-                scalars: launch.scalars,
-                seeds: launch.seeds,
-                dims: launch.dims,
-                unread_outputs: launch.unread_outputs,
-            };
-            let mut keep = |o: &GpuBuffer| {
-                for c in &o.checks {
-                    if !checks.iter().any(|x| Arc::ptr_eq(x, c)) {
-                        checks.push(c.clone());
-                    }
-                }
-            };
+            let piece = relaunch(launch, launch.space.dims().to_vec(), views);
             if base == 0 {
                 self.launch_one(kernel, &piece, inputs, outputs, &windows)?;
-                keep(&outputs[0]);
+                lineage.keep(&outputs[0]);
             } else {
-                let mut part = [self.new_buffer(outputs[0].dtype, outputs[0].len)?];
-                let run = self
-                    .launch_one(kernel, &piece, inputs, &mut part, &windows)
-                    .and_then(|()| {
-                        keep(&part[0]);
-                        self.fold_into(kiln_ir::ReduceOp::Sum, &mut outputs[0], &part[0])
-                    });
-                let [part] = part;
-                self.release(part);
-                run?;
+                let op = kiln_ir::ReduceOp::Sum;
+                self.launch_folded(
+                    kernel,
+                    &piece,
+                    inputs,
+                    &mut outputs[0],
+                    &windows,
+                    op,
+                    &mut lineage,
+                )?;
             }
             base += n;
         }
-        for o in outputs.iter_mut() {
-            o.checks = checks.clone();
-        }
+        lineage.give(outputs);
         Ok(())
+    }
+
+    /// Launches `kernel` as `piece` into a new partial result and folds it into `acc` with
+    /// `op` (a block of a reduction over the cut dimension, or of a scatter-add's updates).
+    #[allow(clippy::too_many_arguments)]
+    fn launch_folded(
+        &self,
+        kernel: &Kernel,
+        piece: &Launch<'_>,
+        inputs: &[Arg<'_, GpuBuffer>],
+        acc: &mut GpuBuffer,
+        windows: &Windows,
+        op: kiln_ir::ReduceOp,
+        lineage: &mut Lineage,
+    ) -> Result<()> {
+        let mut part = [self.new_buffer(acc.dtype, acc.len)?];
+        let run = self
+            .launch_one(kernel, piece, inputs, &mut part, windows)
+            .and_then(|()| {
+                lineage.keep(&part[0]);
+                self.fold_into(op, acc, &part[0])
+            });
+        let [part] = part;
+        self.release(part);
+        run
     }
 
     /// Runs a kernel that touches a buffer larger than the adapter's largest storage
@@ -1211,14 +1248,6 @@ impl WgpuBackend {
         let (limit, align) = (caps.max_binding_bytes, caps.binding_alignment);
         let space = launch.space.dims();
         let r = space.len();
-        let refuse = |why: &str| {
-            too_large(
-                "wgpu kernel",
-                format!(
-                    "{why}; a buffer exceeds the adapter's largest storage binding ({limit} bytes)"
-                ),
-            )
-        };
         let first_long = space.iter().position(|&d| d > 1);
         // A reduction over the cut dimension: each block reduces its rows into a partial
         // result, folded into the output with the same operation.
@@ -1249,9 +1278,10 @@ impl WgpuBackend {
                 KernelKind::TopK { .. } => "top-k",
                 KernelKind::Concat { .. } => "concat",
             };
-            return Err(refuse(&format!(
-                "a {kind} kernel over {space:?} cannot be cut into blocks of rows"
-            )));
+            return Err(over_limit(
+                &format!("a {kind} kernel over {space:?} cannot be cut into blocks of rows"),
+                limit,
+            ));
         };
         let ext = space[k];
         if folded.is_some()
@@ -1259,9 +1289,12 @@ impl WgpuBackend {
                 .iter()
                 .any(|o| elem_bytes(o.dtype) * o.len as u64 > limit)
         {
-            return Err(refuse(&format!(
-                "a reduction over dimension {k} of {space:?} whose result is itself over the limit"
-            )));
+            return Err(over_limit(
+                &format!(
+                    "a reduction over dimension {k} of {space:?} whose result is itself over the limit"
+                ),
+                limit,
+            ));
         }
         let matmul = matches!(kernel.kind, KernelKind::MatMul { .. });
         let take_axis = match kernel.kind {
@@ -1294,24 +1327,12 @@ impl WgpuBackend {
             if vdim(x).is_none()
                 && matches!(a, Arg::Buffer(b) if elem_bytes(b.dtype) * b.len as u64 > limit)
             {
-                return Err(refuse(&format!("input {x} is read whole by every block")));
+                return Err(over_limit(
+                    &format!("input {x} is read whole by every block"),
+                    limit,
+                ));
             }
         }
-        // Each view's address range over a block of `rows` positions of its cut dimension.
-        let span = |x: usize, rows: usize| -> (isize, isize) {
-            let v = &launch.views[x];
-            let (mut lo, mut hi) = (v.offset, v.offset);
-            for (d, (&n, &st)) in v.shape.dims().iter().zip(&v.strides).enumerate() {
-                let n = if Some(d) == vdim(x) { rows } else { n };
-                let reach = (n.max(1) as isize - 1) * st;
-                if reach < 0 {
-                    lo += reach;
-                } else {
-                    hi += reach;
-                }
-            }
-            (lo, hi)
-        };
         // The outputs' elements per position of the cut dimension (a folded reduction writes
         // whole outputs: no windows).
         let out_inner: Vec<u64> = outputs
@@ -1322,17 +1343,11 @@ impl WgpuBackend {
             })
             .collect();
         let fits = |rows: usize| -> bool {
-            let ins = inputs.iter().enumerate().all(|(x, a)| match a {
-                Arg::Buffer(b) => {
-                    let (lo, hi) = span(x, rows);
-                    ((hi - lo + 1) as u64) * elem_bytes(b.dtype) + align <= limit
-                }
-                _ => true,
-            });
-            ins && outputs
-                .iter()
-                .zip(&out_inner)
-                .all(|(o, &n)| n * rows as u64 * elem_bytes(o.dtype) <= limit)
+            inputs_fit(launch, inputs, &vdim, rows, limit, align)
+                && outputs
+                    .iter()
+                    .zip(&out_inner)
+                    .all(|(o, &n)| n * rows as u64 * elem_bytes(o.dtype) <= limit)
         };
         // Blocks start on binding-aligned output offsets.
         let step = outputs
@@ -1344,54 +1359,27 @@ impl WgpuBackend {
             })
             .max()
             .unwrap_or(1);
-        let mut rows = ext;
-        while rows > 0 && !fits(rows) {
-            rows /= 2;
-        }
-        rows = rows / step * step;
+        let rows = halve_until(ext, fits) / step * step;
         if rows == 0 {
-            return Err(refuse(&format!(
-                "even one block of {step} positions of dimension {k} of {space:?} does not fit"
-            )));
+            return Err(over_limit(
+                &format!(
+                    "even one block of {step} positions of dimension {k} of {space:?} does not fit"
+                ),
+                limit,
+            ));
         }
-        let mut checks: Vec<Arc<Check>> = Vec::new();
+        let mut lineage = Lineage::default();
         let mut r0 = 0;
         while r0 < ext {
             let n = rows.min(ext - r0);
             let mut piece_space = space.to_vec();
             piece_space[k] = n;
-            let mut windows = Windows::default();
-            let mut views = launch.views.clone();
-            for (x, a) in inputs.iter().enumerate() {
-                let Some(d) = vdim(x) else {
-                    windows.inputs.push(None);
-                    continue;
-                };
-                views[x].offset += r0 as isize * views[x].strides[d];
-                views[x].shape = {
-                    let mut dims = views[x].shape.dims().to_vec();
-                    dims[d] = n;
-                    kiln_ir::Shape::from(dims)
-                };
-                match a {
-                    Arg::Buffer(b) => {
-                        let eb = elem_bytes(b.dtype);
-                        let v = &launch.views[x];
-                        let (lo, hi) = {
-                            // The block's own range (the view shifted to it).
-                            let shifted = r0 as isize * v.strides[d];
-                            let (lo, hi) = span(x, n);
-                            (lo + shifted, hi + shifted)
-                        };
-                        let start = (lo.max(0) as u64 * eb) / align * align;
-                        let end = ((hi + 1).max(0) as u64 * eb).div_ceil(4) * 4;
-                        views[x].offset -= (start / eb) as isize;
-                        windows.inputs.push(Some((start, (end - start).max(4))));
-                    }
-                    // Read through an output's binding (in place), or computed: no window.
-                    _ => windows.inputs.push(None),
-                }
-            }
+            let (views, input_windows) = cut_inputs(launch, inputs, &vdim, r0, n, align);
+            let mut windows = Windows {
+                inputs: input_windows,
+                outputs: Vec::new(),
+                block: None,
+            };
             if folded.is_none() {
                 for (o, &inner) in outputs.iter().zip(&out_inner) {
                     let eb = elem_bytes(o.dtype);
@@ -1401,42 +1389,23 @@ impl WgpuBackend {
                     )));
                 }
             }
-            let piece = Launch {
-                space: kiln_ir::Shape::from(piece_space),
-                views,
-                scalars: launch.scalars,
-                seeds: launch.seeds,
-                dims: launch.dims,
-                unread_outputs: launch.unread_outputs,
-            };
-            let mut keep = |o: &GpuBuffer| {
-                for c in &o.checks {
-                    if !checks.iter().any(|x| Arc::ptr_eq(x, c)) {
-                        checks.push(c.clone());
-                    }
-                }
-            };
+            let piece = relaunch(launch, piece_space, views);
             match folded {
-                Some(op) if r0 > 0 => {
-                    let mut part = [self.new_buffer(outputs[0].dtype, outputs[0].len)?];
-                    let run = self
-                        .launch_one(kernel, &piece, inputs, &mut part, &windows)
-                        .and_then(|()| {
-                            keep(&part[0]);
-                            self.fold_into(op, &mut outputs[0], &part[0])
-                        });
-                    let [part] = part;
-                    self.release(part);
-                    run?;
-                }
+                Some(op) if r0 > 0 => self.launch_folded(
+                    kernel,
+                    &piece,
+                    inputs,
+                    &mut outputs[0],
+                    &windows,
+                    op,
+                    &mut lineage,
+                )?,
                 _ => self.launch_one(kernel, &piece, inputs, outputs, &windows)?,
             }
-            keep(&outputs[0]);
+            lineage.keep(&outputs[0]);
             r0 += n;
         }
-        for o in outputs.iter_mut() {
-            o.checks = checks.clone();
-        }
+        lineage.give(outputs);
         Ok(())
     }
 
