@@ -35,7 +35,10 @@
 //!   along another dimension). A gather from a big table and a
 //!   scatter-add into a big result run one launch per block of the indexed dimension, each
 //!   handling only the indices that fall in its block; a scatter-add of big updates runs
-//!   one launch per block of index positions, adding partial results. A kernel binding more
+//!   one launch per block of index positions, adding partial results; blocks too short to
+//!   start on an aligned output offset write their own outputs, copied into place.
+//!   [`WgpuBackend::with_binding_limit`] lowers the limit (the tests run every kind of
+//!   block on small arrays). A kernel binding more
 //!   storage buffers than the adapter allows, a big buffer in a kernel that cannot be cut
 //!   so, a buffer over the adapter's largest buffer, or `f64`/`i64` without
 //!   `SHADER_F64`/`SHADER_INT64` is a clear error naming the op and the limit.
@@ -223,9 +226,31 @@ impl WgpuBackend {
     /// }
     /// ```
     pub fn new() -> std::result::Result<WgpuBackend, InitError> {
-        Ok(WgpuBackend {
+        Ok(WgpuBackend::on(device::open()?))
+    }
+
+    /// Opens the adapter as [`WgpuBackend::new`] does, but binds at most `bytes` (a multiple
+    /// of 4, at least twice the adapter's binding alignment) per storage binding, so that
+    /// arrays larger than that run in blocks as arrays over the adapter's own limit do:
+    /// the blocking paths can then be tested on small arrays, and a device can be kept under
+    /// a driver's smaller limit.
+    ///
+    /// ```no_run
+    /// # // Needs a GPU adapter.
+    /// let gpu = kiln_wgpu::WgpuBackend::with_binding_limit(1 << 16).unwrap();
+    /// assert!(gpu.capabilities().max_binding_bytes <= 1 << 16);
+    /// ```
+    pub fn with_binding_limit(bytes: u64) -> std::result::Result<WgpuBackend, InitError> {
+        let mut gpu = device::open()?;
+        let floor = 2 * gpu.caps.binding_alignment;
+        gpu.caps.max_binding_bytes = gpu.caps.max_binding_bytes.min((bytes / 4 * 4).max(floor));
+        Ok(WgpuBackend::on(gpu))
+    }
+
+    fn on(gpu: device::Gpu) -> WgpuBackend {
+        WgpuBackend {
             core: Arc::new(Core {
-                gpu: device::open()?,
+                gpu,
                 pool: Pool::new(DEFAULT_POOL_BYTES),
                 pending: Mutex::new(Pending::default()),
                 batch: std::env::var("KILN_WGPU_BATCH").map_or(true, |v| v != "0"),
@@ -246,7 +271,7 @@ impl WgpuBackend {
             fused_groups: AtomicU64::new(0),
             binds_reused: AtomicU64::new(0),
             misses: AtomicU64::new(0),
-        })
+        }
     }
 
     /// What the device supports.
@@ -1353,13 +1378,25 @@ impl WgpuBackend {
         let step = outputs
             .iter()
             .zip(&out_inner)
+            .filter(|&(_, &n)| n > 0)
             .map(|(o, &n)| {
                 let row = n * elem_bytes(o.dtype);
-                (align / gcd(align, row.max(1))) as usize
+                (align / gcd(align, row)) as usize
             })
             .max()
             .unwrap_or(1);
-        let rows = halve_until(ext, fits) / step * step;
+        let fitting = halve_until(ext, fits);
+        // Blocks too short to start on aligned output offsets write into outputs of their
+        // own, copied into place (not where an input is read through an output's binding).
+        let staged = fitting < step
+            && fitting > 0
+            && folded.is_none()
+            && !inputs.iter().any(|a| matches!(a, Arg::Output(_)));
+        let rows = if staged {
+            fitting
+        } else {
+            fitting / step * step
+        };
         if rows == 0 {
             return Err(over_limit(
                 &format!(
@@ -1380,6 +1417,30 @@ impl WgpuBackend {
                 outputs: Vec::new(),
                 block: None,
             };
+            if staged {
+                let piece = relaunch(launch, piece_space, views);
+                let mut parts = outputs
+                    .iter()
+                    .zip(&out_inner)
+                    .map(|(o, &inner)| self.new_buffer(o.dtype, n * inner as usize))
+                    .collect::<Result<Vec<GpuBuffer>>>()?;
+                windows.outputs = vec![None; parts.len()];
+                let run = self.launch_one(kernel, &piece, inputs, &mut parts, &windows);
+                if run.is_ok() {
+                    lineage.keep(&parts[0]);
+                    for ((o, p), &inner) in outputs.iter().zip(&parts).zip(&out_inner) {
+                        let bytes = n as u64 * inner * elem_bytes(o.dtype);
+                        let at = r0 as u64 * inner * elem_bytes(o.dtype);
+                        self.core.copy(&p.buf, &o.buf, at, bytes);
+                    }
+                }
+                for p in parts {
+                    self.release(p);
+                }
+                run?;
+                r0 += n;
+                continue;
+            }
             if folded.is_none() {
                 for (o, &inner) in outputs.iter().zip(&out_inner) {
                     let eb = elem_bytes(o.dtype);
@@ -2137,6 +2198,29 @@ impl WgpuBackend {
 }
 
 impl Core {
+    /// Records a copy of `bytes` from the start of `src` to offset `at` of `dst` (after the
+    /// launches recorded so far, before later ones).
+    fn copy(&self, src: &wgpu::Buffer, dst: &wgpu::Buffer, at: u64, bytes: u64) {
+        if bytes == 0 {
+            return;
+        }
+        let mut guard = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let pending = &mut *guard;
+        pending.pass = None; // ends the pass: copies go to the encoder
+        let enc = pending.enc.get_or_insert_with(|| {
+            self.gpu
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("kiln launches"),
+                })
+        });
+        enc.copy_buffer_to_buffer(src, 0, dst, at, bytes);
+        drop(guard);
+        if !self.batch {
+            self.flush();
+        }
+    }
+
     /// Submits the recorded work, then returns the buffers released meanwhile to the pool.
     /// The submission happens under the lock: once another thread sees no recorded work, the
     /// work it would have waited for is on the queue (a readback submitted next runs after it).
