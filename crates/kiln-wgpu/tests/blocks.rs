@@ -2,7 +2,8 @@
 //! at most 4 KiB per binding (`WgpuBackend::with_binding_limit`) runs random elementwise
 //! kernels, reductions over each axis, arg-reductions, matmuls (plain and batched), gathers
 //! from big tables and into big results, scatter-adds into big results and of big updates,
-//! top-k and concatenations in blocks, each result against the reference evaluator.
+//! top-k, concatenations and a row softmax in blocks, each result against the reference
+//! evaluator.
 //! Skipped (with a message) without an adapter, unless `KILN_REQUIRE_GPU=1`.
 //! `KILN_BLOCK_CASES` sets the number of cases (default 32).
 //!
@@ -112,7 +113,26 @@ fn graphs(case: &Case) -> Vec<(&'static str, NodeRef)> {
     let (vals, idx) = build::top_k(&x, k).unwrap();
     out.push(("top-k values", vals));
     out.push(("top-k indices", idx));
-    out.push(("concat", build::concat(&[x.clone(), x], 1).unwrap()));
+    let col = data(&[r, 1], s + 7);
+    let xc = build::binary(BinaryOp::Mul, &x, &col).unwrap();
+    out.push(("times a column", xc));
+    out.push(("concat", build::concat(&[x.clone(), x.clone()], 1).unwrap()));
+    // A row softmax: a row group whose buffers are over the limit runs kernel by kernel.
+    let m = build::reduce(ReduceOp::Max, &x, Some(&[1]), true).unwrap();
+    let d = build::binary(
+        BinaryOp::Sub,
+        &x,
+        &build::broadcast_to(&m, x.shape()).unwrap(),
+    )
+    .unwrap();
+    let ex = build::unary(kiln_ir::UnaryOp::Exp, &d).unwrap();
+    let sum = build::reduce(ReduceOp::Sum, &ex, Some(&[1]), true).unwrap();
+    let sm = build::binary(
+        BinaryOp::Div,
+        &ex,
+        &build::broadcast_to(&sum, x.shape()).unwrap(),
+    );
+    out.push(("softmax", sm.unwrap()));
     out
 }
 
@@ -167,10 +187,14 @@ proptest! {
                 Err(err) => return Err(TestCaseError::fail(format!("{what} of {case:?}: {err}"))),
             };
             prop_assert_eq!(got[0].len(), want[0].len(), "{} of {:?}", what, case);
+            // Halves: sums and products are exact in any order; `exp` is not.
+            let tol = if what == "softmax" { 1e-5 } else { 0.0 };
             for j in 0..got[0].len() {
                 let (a, b) = (got[0].get(j).as_f64(), want[0].get(j).as_f64());
-                // Halves: sums are exact in any order.
-                prop_assert!(a == b, "{} of {:?}, element {}: {} vs {}", what, case, j, a, b);
+                prop_assert!(
+                    (a - b).abs() <= tol * b.abs().max(1e-30),
+                    "{} of {:?}, element {}: {} vs {}", what, case, j, a, b
+                );
             }
         }
     }
