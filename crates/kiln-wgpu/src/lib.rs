@@ -32,7 +32,7 @@
 //!   of its leading dimension, each binding the windows it reads and writes (elementwise,
 //!   reductions — partial results folded together where the block dimension is reduced —,
 //!   matmuls by batches or rows, gathers into a big result, top-k by rows, concatenations
-//!   along another dimension). A gather from a big table and a
+//!   along another dimension; along that one, a concatenation is buffer copies). A gather from a big table and a
 //!   scatter-add into a big result run one launch per block of the indexed dimension, each
 //!   handling only the indices that fall in its block; a scatter-add of big updates runs
 //!   one launch per block of index positions, adding partial results; blocks too short to
@@ -1292,6 +1292,11 @@ impl WgpuBackend {
             KernelKind::Concat { axis } => first_long.filter(|k| k != axis),
             _ => None,
         };
+        if let (KernelKind::Concat { axis }, Some(k)) = (&kernel.kind, first_long) {
+            if k == *axis {
+                return self.concat_by_copies(k, launch, inputs, outputs);
+            }
+        }
         let Some(k) = split else {
             let kind = match &kernel.kind {
                 KernelKind::Elementwise { .. } => "elementwise",
@@ -1431,7 +1436,7 @@ impl WgpuBackend {
                     for ((o, p), &inner) in outputs.iter().zip(&parts).zip(&out_inner) {
                         let bytes = n as u64 * inner * elem_bytes(o.dtype);
                         let at = r0 as u64 * inner * elem_bytes(o.dtype);
-                        self.core.copy(&p.buf, &o.buf, at, bytes);
+                        self.core.copy(&p.buf, 0, &o.buf, at, bytes);
                     }
                 }
                 for p in parts {
@@ -1465,6 +1470,53 @@ impl WgpuBackend {
             }
             lineage.keep(&outputs[0]);
             r0 += n;
+        }
+        lineage.give(outputs);
+        Ok(())
+    }
+
+    /// A concatenation over the binding limit along its first dimension longer than 1, as
+    /// buffer copies: each operand, a contiguous view of a buffer, lands in its range of
+    /// the output (no binding involved). Another operand is an error naming the limit.
+    fn concat_by_copies(
+        &self,
+        axis: usize,
+        launch: &Launch<'_>,
+        inputs: &[Arg<'_, GpuBuffer>],
+        outputs: &mut [GpuBuffer],
+    ) -> Result<()> {
+        let limit = self.core.gpu.caps.max_binding_bytes;
+        let space = launch.space.dims();
+        let eb = elem_bytes(outputs[0].dtype);
+        let inner = space[axis + 1..].iter().product::<usize>() as u64;
+        let mut at = 0u64;
+        let mut lineage = Lineage::default();
+        for (x, a) in inputs.iter().enumerate() {
+            let v = &launch.views[x];
+            let mut from_start = v.clone();
+            from_start.offset = 0;
+            let b = match a {
+                Arg::Buffer(b) if from_start.is_contiguous() && v.offset >= 0 => b,
+                _ => {
+                    return Err(over_limit(
+                        &format!(
+                            "a concatenation along dimension {axis} of {space:?} whose operand {x} \
+                             is not a contiguous stored array"
+                        ),
+                        limit,
+                    ))
+                }
+            };
+            let len = v.shape.dims()[axis] as u64 * inner;
+            self.core.copy(
+                &b.buf,
+                v.offset as u64 * eb,
+                &outputs[0].buf,
+                at * eb,
+                len * eb,
+            );
+            lineage.keep(b);
+            at += len;
         }
         lineage.give(outputs);
         Ok(())
@@ -2198,9 +2250,9 @@ impl WgpuBackend {
 }
 
 impl Core {
-    /// Records a copy of `bytes` from the start of `src` to offset `at` of `dst` (after the
-    /// launches recorded so far, before later ones).
-    fn copy(&self, src: &wgpu::Buffer, dst: &wgpu::Buffer, at: u64, bytes: u64) {
+    /// Records a copy of `bytes` from offset `from` of `src` to offset `at` of `dst` (after
+    /// the launches recorded so far, before later ones; offsets and size multiples of 4).
+    fn copy(&self, src: &wgpu::Buffer, from: u64, dst: &wgpu::Buffer, at: u64, bytes: u64) {
         if bytes == 0 {
             return;
         }
@@ -2214,7 +2266,7 @@ impl Core {
                     label: Some("kiln launches"),
                 })
         });
-        enc.copy_buffer_to_buffer(src, 0, dst, at, bytes);
+        enc.copy_buffer_to_buffer(src, from, dst, at, bytes);
         drop(guard);
         if !self.batch {
             self.flush();

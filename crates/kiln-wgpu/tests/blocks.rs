@@ -117,6 +117,10 @@ fn graphs(case: &Case) -> Vec<(&'static str, NodeRef)> {
     let xc = build::binary(BinaryOp::Mul, &x, &col).unwrap();
     out.push(("times a column", xc));
     out.push(("concat", build::concat(&[x.clone(), x.clone()], 1).unwrap()));
+    out.push((
+        "concat along the cut dimension",
+        build::concat(&[x.clone(), small.clone(), x.clone()], 0).unwrap(),
+    ));
     // A row softmax: a row group whose buffers are over the limit runs kernel by kernel.
     let m = build::reduce(ReduceOp::Max, &x, Some(&[1]), true).unwrap();
     let d = build::binary(
