@@ -32,7 +32,8 @@
 //!   of its leading dimension, each binding the windows it reads and writes (elementwise,
 //!   reductions — partial results folded together where the block dimension is reduced —,
 //!   matmuls by batches or rows, gathers into a big result, top-k by rows, concatenations
-//!   along another dimension; along that one, a concatenation is buffer copies). A gather from a big table and a
+//!   along another dimension; along that one, a concatenation is buffer copies; a matmul
+//!   whose right operand is big, without an epilogue, by blocks of its summed dimension). A gather from a big table and a
 //!   scatter-add into a big result run one launch per block of the indexed dimension, each
 //!   handling only the indices that fall in its block; a scatter-add of big updates runs
 //!   one launch per block of index positions, adding partial results; blocks too short to
@@ -1353,10 +1354,15 @@ impl WgpuBackend {
                 _ => (rank == r).then_some(k),
             }
         };
+        let big = |a: &Arg<'_, GpuBuffer>| matches!(a, Arg::Buffer(b) if elem_bytes(b.dtype) * b.len as u64 > limit);
+        if matches!(kernel.kind, KernelKind::MatMul { epilogue: None })
+            && vdim(1).is_none()
+            && inputs.get(1).is_some_and(big)
+        {
+            return self.matmul_by_k(kernel, launch, inputs, outputs);
+        }
         for (x, a) in inputs.iter().enumerate() {
-            if vdim(x).is_none()
-                && matches!(a, Arg::Buffer(b) if elem_bytes(b.dtype) * b.len as u64 > limit)
-            {
+            if vdim(x).is_none() && big(a) {
                 return Err(over_limit(
                     &format!("input {x} is read whole by every block"),
                     limit,
@@ -1470,6 +1476,69 @@ impl WgpuBackend {
             }
             lineage.keep(&outputs[0]);
             r0 += n;
+        }
+        lineage.give(outputs);
+        Ok(())
+    }
+
+    /// A matmul without an epilogue whose right operand is over the binding limit, as one
+    /// launch per block of the summed dimension `k` (a row-major right operand's block is one
+    /// window), the later blocks' products added to the first's. The output must fit one
+    /// binding; a right operand whose block of one `k` does not fit is an error naming the
+    /// limit.
+    fn matmul_by_k(
+        &self,
+        kernel: &Kernel,
+        launch: &Launch<'_>,
+        inputs: &[Arg<'_, GpuBuffer>],
+        outputs: &mut [GpuBuffer],
+    ) -> Result<()> {
+        let caps = &self.core.gpu.caps;
+        let (limit, align) = (caps.max_binding_bytes, caps.binding_alignment);
+        let space = launch.space.dims();
+        let (ra, rb) = (launch.views[0].shape.rank(), launch.views[1].shape.rank());
+        let k = launch.views[0].shape.dims()[ra - 1];
+        let cut = |x: usize| [Some(ra - 1), Some(rb - 2)].get(x).copied().flatten();
+        let out_fits = outputs
+            .iter()
+            .all(|o| elem_bytes(o.dtype) * o.len as u64 <= limit);
+        let rows = halve_until(k, |n| inputs_fit(launch, inputs, &cut, n, limit, align));
+        if !out_fits || rows == 0 {
+            return Err(over_limit(
+                &format!(
+                    "a matmul of {space:?} over {k} products whose right operand and result \
+                     are over the limit, or whose right operand is too strided to cut by rows"
+                ),
+                limit,
+            ));
+        }
+        let mut lineage = Lineage::default();
+        let mut k0 = 0;
+        while k0 < k {
+            let n = rows.min(k - k0);
+            let (views, input_windows) = cut_inputs(launch, inputs, &cut, k0, n, align);
+            let windows = Windows {
+                inputs: input_windows,
+                outputs: vec![None; outputs.len()],
+                block: None,
+            };
+            let piece = relaunch(launch, space.to_vec(), views);
+            if k0 == 0 {
+                self.launch_one(kernel, &piece, inputs, outputs, &windows)?;
+                lineage.keep(&outputs[0]);
+            } else {
+                let op = kiln_ir::ReduceOp::Sum;
+                self.launch_folded(
+                    kernel,
+                    &piece,
+                    inputs,
+                    &mut outputs[0],
+                    &windows,
+                    op,
+                    &mut lineage,
+                )?;
+            }
+            k0 += n;
         }
         lineage.give(outputs);
         Ok(())

@@ -1,6 +1,7 @@
 //! Kernels over arrays larger than one storage binding, on small arrays: a backend bound to
 //! at most 4 KiB per binding (`WgpuBackend::with_binding_limit`) runs random elementwise
-//! kernels, reductions over each axis, arg-reductions, matmuls (plain and batched), gathers
+//! kernels, reductions over each axis, arg-reductions, matmuls (plain, batched, and with a
+//! right operand over the limit), gathers
 //! from big tables and into big results, scatter-adds into big results and of big updates,
 //! top-k, concatenations and a row softmax in blocks, each result against the reference
 //! evaluator.
@@ -90,6 +91,12 @@ fn graphs(case: &Case) -> Vec<(&'static str, NodeRef)> {
     let xa = data(&[b, m, c], s + 3);
     let wa = data(&[b, c, case.n], s + 4);
     out.push(("batched matmul", build::matmul(&xa, &wa).unwrap()));
+    // A right operand over the limit (an output projection onto many classes): cut by `k`.
+    let wide = data(&[r, 30], s + 8);
+    out.push((
+        "matmul by k",
+        build::matmul(&data(&[2, r], s + 9), &wide).unwrap(),
+    ));
     out.push((
         "take from a big table",
         build::take(&x, &indices(case.n, r, s), 0).unwrap(),
