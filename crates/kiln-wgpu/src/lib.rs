@@ -1194,14 +1194,33 @@ impl WgpuBackend {
                 limit,
             ));
         }
+        self.launch_summed_blocks(kernel, launch, inputs, outputs, &cut, ext, rows)
+    }
+
+    /// Runs `kernel` once per block of `rows` positions of each input's cut dimension
+    /// `cut(x)` (`ext` positions in all), the first block into `outputs`, each later one into
+    /// a partial result added to it: the kernel sums over the cut dimension (a scatter-add's
+    /// updates, a matmul's `k`). Outputs are bound whole.
+    #[allow(clippy::too_many_arguments)]
+    fn launch_summed_blocks(
+        &self,
+        kernel: &Kernel,
+        launch: &Launch<'_>,
+        inputs: &[Arg<'_, GpuBuffer>],
+        outputs: &mut [GpuBuffer],
+        cut: &dyn Fn(usize) -> Option<usize>,
+        ext: usize,
+        rows: usize,
+    ) -> Result<()> {
+        let align = self.core.gpu.caps.binding_alignment;
         let mut lineage = Lineage::default();
         let mut base = 0;
         while base < ext {
             let n = rows.min(ext - base);
-            let (views, input_windows) = cut_inputs(launch, inputs, &cut, base, n, align);
+            let (views, input_windows) = cut_inputs(launch, inputs, cut, base, n, align);
             let windows = Windows {
                 inputs: input_windows,
-                outputs: vec![None],
+                outputs: vec![None; outputs.len()],
                 block: None,
             };
             let piece = relaunch(launch, launch.space.dims().to_vec(), views);
@@ -1512,36 +1531,7 @@ impl WgpuBackend {
                 limit,
             ));
         }
-        let mut lineage = Lineage::default();
-        let mut k0 = 0;
-        while k0 < k {
-            let n = rows.min(k - k0);
-            let (views, input_windows) = cut_inputs(launch, inputs, &cut, k0, n, align);
-            let windows = Windows {
-                inputs: input_windows,
-                outputs: vec![None; outputs.len()],
-                block: None,
-            };
-            let piece = relaunch(launch, space.to_vec(), views);
-            if k0 == 0 {
-                self.launch_one(kernel, &piece, inputs, outputs, &windows)?;
-                lineage.keep(&outputs[0]);
-            } else {
-                let op = kiln_ir::ReduceOp::Sum;
-                self.launch_folded(
-                    kernel,
-                    &piece,
-                    inputs,
-                    &mut outputs[0],
-                    &windows,
-                    op,
-                    &mut lineage,
-                )?;
-            }
-            k0 += n;
-        }
-        lineage.give(outputs);
-        Ok(())
+        self.launch_summed_blocks(kernel, launch, inputs, outputs, &cut, k, rows)
     }
 
     /// A concatenation over the binding limit along its first dimension longer than 1, as
