@@ -210,3 +210,44 @@ proptest! {
         }
     }
 }
+
+/// Empty index lists against tables and results over the limit, and indices far out of
+/// range, as the reference evaluates them (empty results, zero sums, errors).
+#[test]
+fn empty_and_out_of_range_indices_over_the_binding_limit() {
+    let Some(e) = engine() else { return };
+    let (rows, cols) = (300, 8);
+    let table = data(&[rows, cols], 3);
+    let none = build::data(HostData::from(Vec::<i32>::new()), Shape::from([0])).unwrap();
+    let empty_upd = build::data(HostData::from(Vec::<f32>::new()), Shape::from([0, cols])).unwrap();
+    let graphs = [
+        build::take(&table, &none, 0).unwrap(),
+        build::scatter_add(&empty_upd, &none, 0, Shape::from([rows, cols])).unwrap(),
+    ];
+    for g in &graphs {
+        let want = kiln_reference::evaluate(&kiln_ir::LazyExpr::from_roots(&[g])).unwrap();
+        let got = e.evaluate(&[g]).unwrap();
+        assert_eq!(got[0].len(), want[0].len());
+        for j in 0..got[0].len() {
+            assert_eq!(
+                got[0].get(j).as_f64(),
+                want[0].get(j).as_f64(),
+                "element {j}"
+            );
+        }
+    }
+    for bad in [i32::MAX, i32::MIN, rows as i32, -(rows as i32) - 1] {
+        let idx = build::data(HostData::from(vec![0, bad]), Shape::from([2])).unwrap();
+        let upd = data(&[2, cols], 4);
+        for g in [
+            build::take(&table, &idx, 0).unwrap(),
+            build::scatter_add(&upd, &idx, 0, Shape::from([rows, cols])).unwrap(),
+        ] {
+            let err = e.evaluate(&[&g]).unwrap_err();
+            assert!(
+                matches!(err, kiln_ir::Error::IndexOutOfRange { .. }),
+                "index {bad}: {err}"
+            );
+        }
+    }
+}
